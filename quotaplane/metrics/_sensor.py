@@ -1,0 +1,135 @@
+"""Sensors: record a value into every stat they own, then hold the stats to their quotas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ._config import MetricConfig, RecordingLevel
+
+if TYPE_CHECKING:
+    from ._registry import KafkaMetric, Metrics
+
+__all__ = ["QuotaViolationError", "Sensor"]
+
+
+class QuotaViolationError(Exception):
+    """A recording moved a metric past its quota (Kafka's ``QuotaViolationException``).
+
+    The value stays recorded: Kafka records first and checks after. ``value`` is the measurement
+    that violated ``bound``; ``metric`` is the metric measured (its stat and config give the
+    window that the throttle time is computed over).
+    """
+
+    __slots__ = ("bound", "metric", "value")
+
+    def __init__(self, metric: KafkaMetric, value: float, bound: float) -> None:
+        super().__init__(f"'{metric.metric_name}' violated quota. Actual: {value}, Threshold: {bound}")
+        self.metric = metric
+        self.value = value
+        self.bound = bound
+
+
+class Sensor:
+    """A named point of recording with the metrics fed from it (Kafka's ``Sensor``).
+
+    ``record`` updates every stat, then (unless ``check_quotas=False``) measures each metric that
+    has a quota and raises ``QuotaViolationError`` for the first one out of bounds, then records
+    into the parent sensors. The violating value is never rolled back.
+    """
+
+    __slots__ = (
+        "_metrics",
+        "_registry",
+        "_should_record",
+        "config",
+        "inactive_sensor_expiration_ms",
+        "last_record_time_ms",
+        "name",
+        "parents",
+        "recording_level",
+    )
+
+    def __init__(
+        self,
+        registry: Metrics,
+        name: str,
+        *,
+        config: MetricConfig,
+        now_ms: int,
+        parents: Sequence[Sensor] = (),
+        inactive_sensor_expiration_time_seconds: float = float("inf"),
+        recording_level: RecordingLevel = RecordingLevel.INFO,
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError("a sensor name must be a string")
+        self._registry = registry
+        self.name = name
+        self.parents = tuple(parents)
+        self.config = config
+        self.recording_level = recording_level
+        self._should_record = recording_level.should_record(config.recording_level)
+        self.inactive_sensor_expiration_ms = inactive_sensor_expiration_time_seconds * 1000
+        self.last_record_time_ms = now_ms
+        self._metrics: dict[object, KafkaMetric] = {}
+        self._check_forest(set())
+
+    def _check_forest(self, seen: set[int]) -> None:
+        if id(self) in seen:
+            raise ValueError(f"Circular dependency in sensors: {self.name} is its own parent.")
+        seen.add(id(self))
+        for parent in self.parents:
+            parent._check_forest(seen)
+
+    def should_record(self) -> bool:
+        return self._should_record
+
+    def record(self, value: float = 1.0, now_ms: int = 0, *, check_quotas: bool = True) -> None:
+        """Record ``value`` at ``now_ms`` in every stat, then check quotas, then record in parents."""
+        if not self._should_record:
+            return
+        self.last_record_time_ms = now_ms
+        for metric in self._metrics.values():
+            metric.stat.record(metric.config, value, now_ms)
+        if check_quotas:
+            self.check_quotas(now_ms)
+        for parent in self.parents:
+            parent.record(value, now_ms, check_quotas=check_quotas)
+
+    def check_quotas(self, now_ms: int) -> None:
+        """Raise ``QuotaViolationError`` if any metric of this sensor is outside its quota at ``now_ms``."""
+        for metric in self._metrics.values():
+            config = metric.config
+            quota = config.quota
+            if quota is not None:
+                stat = metric.stat
+                value = stat.measure(config, now_ms)
+                if stat.is_violated(quota, value):
+                    raise QuotaViolationError(metric, value, quota.bound)
+
+    def add(self, metric_name: object, stat: object, config: MetricConfig | None = None) -> bool:
+        """Register a metric fed by this sensor, measured with ``config`` (default: the sensor's).
+
+        Adding the same name twice is a no-op (Kafka's idempotent add); a name already registered
+        by another sensor is an error.
+        """
+        if metric_name in self._metrics:
+            return True
+        metric = self._registry._new_metric(metric_name, stat, config if config is not None else self.config)
+        self._registry.register_metric(metric)
+        self._metrics[metric.metric_name] = metric
+        return True
+
+    def has_metrics(self) -> bool:
+        return bool(self._metrics)
+
+    @property
+    def metrics(self) -> list[KafkaMetric]:
+        return list(self._metrics.values())
+
+    def has_expired(self, now_ms: int) -> bool:
+        """True once the sensor has been idle for longer than its inactivity expiration."""
+        return (now_ms - self.last_record_time_ms) > self.inactive_sensor_expiration_ms
+
+    def __repr__(self) -> str:
+        return f"Sensor({self.name!r}, metrics={[str(n) for n in self._metrics]})"

@@ -1,0 +1,362 @@
+"""Kafka's measurable stats: sampled (WindowedSum, WindowedCount, Avg, Max, Min), Rate, TokenBucket,
+and the unsampled Value, CumulativeSum and CumulativeCount.
+
+Every stat takes its ``MetricConfig`` and the time with each call (Kafka's ``record(config, value,
+timeMs)`` and ``measure(config, now)``), so a quota change swaps the config and keeps the samples.
+
+Samples are kept as parallel lists (start, last event, value, count) rather than one object per
+sample: the quota hot path then measures with a few C-level calls (``min``, ``index``, a left-to-right
+float ``reduce``) and gives bit-for-bit the sums Java computes.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from functools import reduce
+from typing import Protocol, runtime_checkable
+
+from ._config import LONG_MAX_VALUE, MetricConfig, Quota, TimeUnit
+
+__all__ = [
+    "Avg",
+    "CumulativeCount",
+    "CumulativeSum",
+    "Max",
+    "MeasurableStat",
+    "Min",
+    "Rate",
+    "SampledStat",
+    "SimpleRate",
+    "TokenBucket",
+    "Value",
+    "WindowedCount",
+    "WindowedSum",
+]
+
+_add = operator.add
+
+
+@runtime_checkable
+class MeasurableStat(Protocol):
+    """A stat a sensor records into and a metric measures (Kafka's ``MeasurableStat``)."""
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None: ...
+
+    def measure(self, config: MetricConfig, now_ms: int) -> float: ...
+
+
+class _QuotaCheck:
+    """How a ``Sensor`` decides that a measured value violates its metric's quota."""
+
+    __slots__ = ()
+
+    def is_violated(self, quota: Quota, value: float) -> bool:
+        return not quota.acceptable(value)
+
+
+class SampledStat(_QuotaCheck):
+    """A value measured over ``samples`` windows of ``time_window_ms`` (or ``event_window`` events).
+
+    Kafka keeps ``samples + 1`` slots: the extra one is the "overlapping" sample, which started
+    before the monitored window but has events inside it. A sample is purged (reset to empty at
+    ``now``) only when its *last event* is ``samples * time_window_ms`` old or more.
+    """
+
+    __slots__ = ("_counts", "_current", "_initial_value", "_lasts", "_starts", "_values")
+
+    #: How a recorded value folds into the current sample's value (a builtin, so it costs no frame).
+    _fold = staticmethod(_add)
+
+    def __init__(self, initial_value: float) -> None:
+        self._initial_value = initial_value
+        self._current = 0
+        self._starts: list[int] = []
+        self._lasts: list[int] = []
+        self._values: list[float] = []
+        self._counts: list[int] = []
+
+    # --- recording -------------------------------------------------------------------------------
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        starts = self._starts
+        if not starts:
+            self._append_sample(now_ms)
+        i = self._current
+        if now_ms - starts[i] >= config.time_window_ms or self._counts[i] >= config.event_window:
+            i = self._advance(config, now_ms)
+        values = self._values
+        values[i] = self._fold(values[i], value)
+        self._counts[i] += 1
+        self._lasts[i] = now_ms
+
+    def _advance(self, config: MetricConfig, now_ms: int) -> int:
+        # keep one extra slot for the "overlapping" sample (see purge_obsolete_samples)
+        i = self._current = (self._current + 1) % (config.samples + 1)
+        if i >= len(self._starts):
+            self._append_sample(now_ms)
+        else:
+            self._reset(i, now_ms)
+        return i
+
+    def _append_sample(self, now_ms: int) -> None:
+        self._starts.append(now_ms)
+        self._lasts.append(now_ms)
+        self._values.append(self._initial_value)
+        self._counts.append(0)
+
+    def _reset(self, i: int, now_ms: int) -> None:
+        self._starts[i] = now_ms
+        self._lasts[i] = now_ms
+        self._values[i] = self._initial_value
+        self._counts[i] = 0
+
+    # --- measuring -------------------------------------------------------------------------------
+    def measure(self, config: MetricConfig, now_ms: int) -> float:
+        self.purge_obsolete_samples(config, now_ms)
+        return self.combine(config, now_ms)
+
+    def purge_obsolete_samples(self, config: MetricConfig, now_ms: int) -> None:
+        """Reset every sample whose last event is ``samples * time_window_ms`` old or more.
+
+        Samples overlapping the monitored window are kept even if they started before it.
+        """
+        lasts = self._lasts
+        if not lasts:
+            return
+        expire_age = config.samples * config.time_window_ms
+        if now_ms - min(lasts) < expire_age:
+            return  # the common case: nothing is obsolete
+        for i, last in enumerate(lasts):
+            if now_ms - last >= expire_age:
+                self._reset(i, now_ms)
+
+    def oldest_start_ms(self, now_ms: int) -> int:
+        """Start of the oldest sample (Kafka's ``oldest(now).startTimeMs``); the first wins ties.
+
+        Like Kafka, this creates the first sample (at ``now_ms``) when there is none.
+        """
+        if not self._starts:
+            self._append_sample(now_ms)
+        return min(self._starts)
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        raise NotImplementedError
+
+    @property
+    def sample_count(self) -> int:
+        """Number of sample slots in use (at most ``samples + 1``)."""
+        return len(self._starts)
+
+    def __repr__(self) -> str:
+        samples = ", ".join(
+            f"(start={s}, last={ls}, value={v}, events={c})"
+            for s, ls, v, c in zip(self._starts, self._lasts, self._values, self._counts, strict=True)
+        )
+        return f"{type(self).__name__}(current={self._current}, samples=[{samples}])"
+
+
+class WindowedSum(SampledStat):
+    """The sum of the values recorded in the retained samples."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(0.0)
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        # left to right from 0.0, exactly as Java sums (builtin sum() compensates on newer Pythons)
+        return reduce(_add, self._values, 0.0)
+
+
+class WindowedCount(WindowedSum):
+    """The number of recordings in the retained samples."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _fold(current: float, value: float) -> float:
+        return current + 1.0
+
+
+class Avg(SampledStat):
+    """The mean of the recorded values over the retained samples; NaN when there are none."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(0.0)
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        count = sum(self._counts)
+        return math.nan if count == 0 else reduce(_add, self._values, 0.0) / count
+
+
+class Max(SampledStat):
+    """The largest recorded value over the retained samples; NaN when there are none."""
+
+    __slots__ = ()
+    _fold = staticmethod(max)
+
+    def __init__(self) -> None:
+        super().__init__(-math.inf)
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        return math.nan if sum(self._counts) == 0 else max(self._values, default=-math.inf)
+
+
+class Min(SampledStat):
+    """The smallest recorded value over the retained samples; NaN when there are none."""
+
+    __slots__ = ()
+    _fold = staticmethod(min)
+
+    def __init__(self) -> None:
+        super().__init__(math.inf)
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        return math.nan if sum(self._counts) == 0 else min(self._values, default=math.inf)
+
+
+class Rate(_QuotaCheck):
+    """A sampled total divided by the time it spans (Kafka's ``Rate``).
+
+    The span is padded with whole windows until ``samples - 1`` windows have elapsed, so a first
+    burst is not divided by a few milliseconds::
+
+        elapsed = now - oldest.start
+        if elapsed // W < S - 1:  elapsed += (S - 1 - elapsed // W) * W
+        window_size = max(elapsed, 1)
+
+    With S=11, W=1000: at 0.5 s into the first window the size is 10.5 s; at 1.2 s it is 10.2 s
+    (a sawtooth), from 10 s on it is the true elapsed time.
+    """
+
+    __slots__ = ("stat", "unit")
+
+    def __init__(self, stat: SampledStat | None = None, *, unit: TimeUnit = TimeUnit.SECONDS) -> None:
+        self.stat = stat if stat is not None else WindowedSum()
+        self.unit = unit
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        self.stat.record(config, value, now_ms)
+
+    def measure(self, config: MetricConfig, now_ms: int) -> float:
+        stat = self.stat
+        stat.purge_obsolete_samples(config, now_ms)
+        value = stat.combine(config, now_ms)
+        # window_size would purge again; at the same now_ms that second purge can reset nothing
+        return value / self.unit.convert(self._padded_window_ms(config, now_ms))
+
+    def window_size(self, config: MetricConfig, now_ms: int) -> int:
+        """The span, in ms, that the measured total is divided by (after purging)."""
+        self.stat.purge_obsolete_samples(config, now_ms)
+        return self._padded_window_ms(config, now_ms)
+
+    def _padded_window_ms(self, config: MetricConfig, now_ms: int) -> int:
+        window_ms = config.time_window_ms
+        elapsed = now_ms - self.stat.oldest_start_ms(now_ms)
+        full_windows = elapsed // window_ms
+        min_full_windows = config.samples - 1
+        if full_windows < min_full_windows:
+            elapsed += (min_full_windows - full_windows) * window_ms
+        # at the very start of a window with no prior samples the span is 0: call it 1 ms
+        return max(elapsed, 1)
+
+    def __repr__(self) -> str:
+        return f"Rate(unit={self.unit.name}, stat={self.stat!r})"
+
+
+class SimpleRate(Rate):
+    """A rate over the true elapsed time, but never less than one window (replication quotas)."""
+
+    __slots__ = ()
+
+    def _padded_window_ms(self, config: MetricConfig, now_ms: int) -> int:
+        elapsed = now_ms - self.stat.oldest_start_ms(now_ms)
+        return max(elapsed, config.time_window_ms)
+
+
+class TokenBucket:
+    """Credits refilled at the quota's rate up to a burst of ``samples * window * quota``.
+
+    Compared with a sampled ``Rate`` (numbers from Kafka's docs): with Q=5/s, S=100, W=1 s, a burst
+    of 560 holds the sampled rate above quota for 100 s, though the throttle computed is 12 s. The
+    bucket drops to -60 credits and is back at zero after exactly 12 s (-(-60)/5).
+
+    Initial state is 0 tokens at ``last_update_ms`` 0, as in Kafka; the bucket is violated only when
+    tokens are below zero (zero is fine). With no quota the bucket neither records nor limits.
+    """
+
+    __slots__ = ("last_update_ms", "tokens", "unit")
+
+    def __init__(self, *, unit: TimeUnit = TimeUnit.SECONDS) -> None:
+        self.unit = unit
+        self.tokens = 0.0
+        self.last_update_ms = 0
+
+    def measure(self, config: MetricConfig, now_ms: int) -> float:
+        quota = config.quota
+        if quota is None:
+            return float(LONG_MAX_VALUE)
+        self._refill(quota.bound, self._burst(config, quota.bound), now_ms)
+        return self.tokens
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        quota = config.quota
+        if quota is None:
+            return
+        burst = self._burst(config, quota.bound)
+        self._refill(quota.bound, burst, now_ms)
+        self.tokens = min(burst, self.tokens - value)
+
+    def is_violated(self, quota: Quota, value: float) -> bool:
+        return value < 0
+
+    def _refill(self, quota: float, burst: float, now_ms: int) -> None:
+        self.tokens = min(burst, self.tokens + quota * self.unit.convert(now_ms - self.last_update_ms))
+        self.last_update_ms = now_ms
+
+    def _burst(self, config: MetricConfig, quota: float) -> float:
+        return config.samples * self.unit.convert(config.time_window_ms) * quota
+
+    def __repr__(self) -> str:
+        return f"TokenBucket(unit={self.unit.name}, tokens={self.tokens}, last_update_ms={self.last_update_ms})"
+
+
+class Value(_QuotaCheck):
+    """The last recorded value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        self.value = value
+
+    def measure(self, config: MetricConfig, now_ms: int) -> float:
+        return self.value
+
+
+class CumulativeSum(_QuotaCheck):
+    """The total of everything recorded, never windowed."""
+
+    __slots__ = ("total",)
+
+    def __init__(self, value: float = 0.0) -> None:
+        self.total = value
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        self.total += value
+
+    def measure(self, config: MetricConfig, now_ms: int) -> float:
+        return self.total
+
+
+class CumulativeCount(CumulativeSum):
+    """The number of recordings, never windowed."""
+
+    __slots__ = ()
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        self.total += 1.0

@@ -1,0 +1,95 @@
+"""Kafka's client quotas, clock-free and thread-free: every call takes ``now_ms`` and returns the
+throttle time; the caller mutes the channel.
+
+>>> from quotaplane.quota import ClientQuotaManager, ClientQuotaManagerConfig, ClientQuotaEntity, QuotaType, DEFAULT
+>>> mgr = ClientQuotaManager(ClientQuotaManagerConfig(num_quota_samples=11, quota_window_size_seconds=1),
+...                          QuotaType.PRODUCE)
+>>> mgr.update_quota(ClientQuotaEntity(user="alice", client_id=DEFAULT), 1024.0)
+>>> mgr.record_and_get_throttle_time_ms(user="alice", client_id="c1", value=20_480.0, now_ms=1_700_000_000_000)
+10000
+"""
+
+from ._callback import (
+    CLIENT_ID_QUOTA_ENABLED,
+    CLIENT_ID_TAG,
+    CUSTOM_QUOTAS,
+    NO_QUOTAS,
+    USER_CLIENT_ID_QUOTA_ENABLED,
+    USER_QUOTA_ENABLED,
+    USER_TAG,
+    ClientQuotaCallback,
+    DefaultQuotaCallback,
+)
+from ._client import (
+    INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS,
+    ClientQuotaManager,
+    ClientQuotaManagerConfig,
+    ClientSensors,
+    UsageItem,
+)
+from ._controller_mutation import (
+    STRICT_SINCE_VERSION,
+    UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
+    ControllerMutationQuota,
+    ControllerMutationQuotaManager,
+    PermissiveControllerMutationQuota,
+    StrictControllerMutationQuota,
+    ThrottlingQuotaExceededError,
+)
+from ._factory import QuotaConfig, QuotaManagers, build_quota_managers
+from ._replication import (
+    ALL_REPLICAS,
+    ReplicationQuotaManager,
+    ReplicationQuotaManagerConfig,
+    ThrottledReplicas,
+    parse_throttled_replicas,
+)
+from ._request import NANOS_TO_PERCENTAGE_PER_SECOND, ClientRequestQuotaManager, nanos_to_percentage
+from ._types import DEFAULT, ClientQuotaEntity, ClientQuotaType, Default, QuotaType, desanitize, sanitize
+from .throttle import bounded_throttle_time, java_round, throttle_time, token_bucket_throttle_time
+
+__all__ = [
+    "ALL_REPLICAS",
+    "CLIENT_ID_QUOTA_ENABLED",
+    "CLIENT_ID_TAG",
+    "CUSTOM_QUOTAS",
+    "DEFAULT",
+    "INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS",
+    "NANOS_TO_PERCENTAGE_PER_SECOND",
+    "NO_QUOTAS",
+    "STRICT_SINCE_VERSION",
+    "UNBOUNDED_CONTROLLER_MUTATION_QUOTA",
+    "USER_CLIENT_ID_QUOTA_ENABLED",
+    "USER_QUOTA_ENABLED",
+    "USER_TAG",
+    "ClientQuotaCallback",
+    "ClientQuotaEntity",
+    "ClientQuotaManager",
+    "ClientQuotaManagerConfig",
+    "ClientQuotaType",
+    "ClientRequestQuotaManager",
+    "ClientSensors",
+    "ControllerMutationQuota",
+    "ControllerMutationQuotaManager",
+    "Default",
+    "DefaultQuotaCallback",
+    "PermissiveControllerMutationQuota",
+    "QuotaConfig",
+    "QuotaManagers",
+    "QuotaType",
+    "ReplicationQuotaManager",
+    "ReplicationQuotaManagerConfig",
+    "StrictControllerMutationQuota",
+    "ThrottledReplicas",
+    "ThrottlingQuotaExceededError",
+    "UsageItem",
+    "bounded_throttle_time",
+    "build_quota_managers",
+    "desanitize",
+    "java_round",
+    "nanos_to_percentage",
+    "parse_throttled_replicas",
+    "sanitize",
+    "throttle_time",
+    "token_bucket_throttle_time",
+]

@@ -1,0 +1,404 @@
+"""ClientQuotaManager: produce and fetch byte-rate quotas per user / client id (Kafka's manager).
+
+Each call names the user (principal name), the client id, the value and ``now_ms``; the manager
+resolves the sensor the request shares (see ``_callback``), records, and answers the throttle time.
+It owns no delay queue: the caller mutes the channel for the time returned.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..metrics import (
+    LONG_MAX_VALUE,
+    Avg,
+    MetricConfig,
+    MetricName,
+    Metrics,
+    Quota,
+    QuotaViolationError,
+    Rate,
+    Sensor,
+    Value,
+)
+from ._callback import (
+    CLIENT_ID_QUOTA_ENABLED,
+    CLIENT_ID_TAG,
+    CUSTOM_QUOTAS,
+    NO_QUOTAS,
+    USER_CLIENT_ID_QUOTA_ENABLED,
+    USER_QUOTA_ENABLED,
+    USER_TAG,
+    ClientQuotaCallback,
+    DefaultQuotaCallback,
+)
+from ._types import DEFAULT, ClientQuotaEntity, QuotaType, sanitize
+from .throttle import throttle_time
+
+__all__ = [
+    "INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS",
+    "ClientQuotaManager",
+    "ClientQuotaManagerConfig",
+    "ClientSensors",
+    "UsageItem",
+]
+
+#: Client sensors are purged after an hour without recordings.
+INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS = 3600
+
+#: Java's Double.MAX_VALUE: "no limit" for ``max_value_in_quota_window``.
+DOUBLE_MAX_VALUE = sys.float_info.max
+
+#: One usage item of a batch: (user, client id, value) or (user, client id, value, now_ms).
+UsageItem = tuple[str, str, float] | tuple[str, str, float, int]
+
+_SINGLE_LEVEL = (NO_QUOTAS, CLIENT_ID_QUOTA_ENABLED, USER_QUOTA_ENABLED, USER_CLIENT_ID_QUOTA_ENABLED)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaManagerConfig:
+    """Sampling of client quotas (Kafka's ``quota.window.num`` and ``quota.window.size.seconds``).
+
+    ``client_quota_value_metric_enable`` (KIP-786) adds a ``quota-value`` metric per sensor holding
+    the bound enforced; when false no such sensor exists at all.
+
+    >>> ClientQuotaManagerConfig(num_quota_samples=11, quota_window_size_seconds=1).quota_window_ms
+    1000
+    """
+
+    num_quota_samples: int = 11
+    quota_window_size_seconds: int = 1
+    client_quota_value_metric_enable: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_quota_samples, int) or self.num_quota_samples < 1:
+            raise ValueError(f"num_quota_samples must be an integer ≥ 1, got {self.num_quota_samples!r}")
+        if not isinstance(self.quota_window_size_seconds, int) or self.quota_window_size_seconds < 1:
+            raise ValueError(
+                f"quota_window_size_seconds must be an integer ≥ 1, got {self.quota_window_size_seconds!r}"
+            )
+
+    @property
+    def quota_window_ms(self) -> int:
+        return self.quota_window_size_seconds * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSensors:
+    """The sensors one set of metric tags records into."""
+
+    metric_tags: Mapping[str, str]
+    quota_sensor: Sensor
+    throttle_time_sensor: Sensor
+    quota_value_sensor: Sensor | None = None
+
+
+def _check_value(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"usage value must be a number, got {type(value).__name__}")
+    if not 0.0 <= value < math.inf:  # also rejects NaN
+        raise ValueError(f"usage value must be a finite number ≥ 0, got {value!r}")
+    return value
+
+
+def _check_names(user: object, client_id: object) -> None:
+    if not isinstance(user, str):
+        raise ValueError(f"user must be a string (the principal name), got {type(user).__name__}")
+    if not isinstance(client_id, str):
+        raise ValueError(f"client_id must be a string, got {type(client_id).__name__}")
+
+
+def _check_bound(bound: object) -> float:
+    if isinstance(bound, bool) or not isinstance(bound, int | float) or math.isnan(bound):
+        raise ValueError(f"a quota bound must be a number, got {bound!r}")
+    if bound <= 0.0:
+        raise ValueError(f"a quota bound must be greater than 0, got {bound!r}")
+    if math.isinf(bound):
+        raise ValueError("a quota bound must be finite; remove the quota (bound None) for no limit")
+    return float(bound)
+
+
+class ClientQuotaManager:
+    """Byte-rate quotas of one ``QuotaType`` (PRODUCE or FETCH) with Kafka's semantics.
+
+    >>> mgr = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+    >>> mgr.update_quota(ClientQuotaEntity(user="alice", client_id=DEFAULT), 1024.0)
+    >>> now = 1_700_000_000_000
+    >>> mgr.record_and_get_throttle_time_ms(user="alice", client_id="c1", value=10_240.0, now_ms=now)
+    0
+    >>> mgr.record_and_get_throttle_time_ms(user="alice", client_id="c1", value=4096.0, now_ms=now)
+    4000
+    """
+
+    #: Name of the quota metric, per Kafka's manager of this kind.
+    quota_metric_name = "byte-rate"
+    quota_metric_description = "Tracking byte-rate per user/client-id"
+    #: Whether KIP-786's quota-value metric applies to this kind of quota.
+    supports_quota_value_metric = True
+
+    def __init__(
+        self,
+        config: ClientQuotaManagerConfig,
+        quota_type: QuotaType | str,
+        *,
+        metrics: Metrics | None = None,
+        quota_callback: ClientQuotaCallback | None = None,
+    ) -> None:
+        self.config = config
+        self.quota_type = QuotaType.parse(quota_type)
+        self.client_quota_type = self.quota_type.to_client_quota_type()
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._custom = quota_callback is not None
+        self.quota_callback: ClientQuotaCallback = quota_callback if quota_callback else DefaultQuotaCallback()
+        self._quota_value_enabled = config.client_quota_value_metric_enable and self.supports_quota_value_metric
+        # (user, client id) -> sensors; valid until a quota changes or a sensor is removed.
+        self._sensors: dict[tuple[str, str], ClientSensors] = {}
+        self._sensors_removed_seen = self.metrics.sensors_removed
+
+    # --- state -------------------------------------------------------------------------------------
+    @property
+    def quota_types_enabled(self) -> int:
+        """Kafka's bitmask of configured entity kinds; ``CUSTOM_QUOTAS`` with a custom callback."""
+        if self._custom:
+            return CUSTOM_QUOTAS
+        return self.quota_callback.quota_types_enabled  # type: ignore[attr-defined]
+
+    def quotas_enabled(self) -> bool:
+        return self.quota_types_enabled != NO_QUOTAS
+
+    # --- recording ---------------------------------------------------------------------------------
+    def maybe_record_and_get_throttle_time_ms(self, user: str, client_id: str, value: float, now_ms: int) -> int:
+        """``record_and_get_throttle_time_ms`` if any quota is configured, else 0 without recording."""
+        if not self.quotas_enabled():
+            _check_names(user, client_id)
+            _check_value(value)
+            return 0
+        return self.record_and_get_throttle_time_ms(user, client_id, value, now_ms)
+
+    def record_and_get_throttle_time_ms(self, user: str, client_id: str, value: float, now_ms: int) -> int:
+        """Record ``value`` for the client and return how long to throttle it (0 if within quota).
+
+        The value stays recorded even when it violates the quota (Kafka records, then checks).
+        """
+        _check_names(user, client_id)
+        _check_value(value)
+        return self._record(self.get_or_create_quota_sensors(user, client_id, now_ms), value, now_ms)
+
+    def record_batch(self, items: Sequence[UsageItem], now_ms: int) -> list[int]:
+        """Record usage items in order; the throttle times are exactly those of one-by-one calls.
+
+        An item is ``(user, client_id, value)`` recorded at ``now_ms``, or ``(user, client_id, value,
+        item_now_ms)``. Every item is validated before any is recorded, so a bad item rejects the
+        whole batch with a ValueError naming its index, and nothing is half-applied.
+        """
+        for index, item in enumerate(items):
+            try:
+                if len(item) not in (3, 4):
+                    raise ValueError(f"expected (user, client_id, value[, now_ms]), got {len(item)} fields")
+                _check_names(item[0], item[1])
+                _check_value(item[2])
+                if len(item) == 4 and (isinstance(item[3], bool) or not isinstance(item[3], int)):
+                    raise ValueError(f"now_ms must be an integer, got {item[3]!r}")
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"usage item {index}: {exc}") from None
+        sensors_for = self.get_or_create_quota_sensors
+        record = self._record
+        results = []
+        append = results.append
+        for item in items:
+            t = item[3] if len(item) == 4 else now_ms
+            append(record(sensors_for(item[0], item[1], t), item[2], t))
+        return results
+
+    def _record(self, sensors: ClientSensors, value: float, now_ms: int) -> int:
+        quota_sensor = sensors.quota_sensor
+        if sensors.quota_value_sensor is not None:
+            sensors.quota_value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
+        try:
+            quota_sensor.record(value, now_ms)
+        except QuotaViolationError as e:
+            return self.throttle_time(e, now_ms)
+        return 0
+
+    def record_no_throttle(self, user: str, client_id: str, value: float, now_ms: int) -> None:
+        """Record without checking the quota; the next checked recording sees the total."""
+        _check_names(user, client_id)
+        _check_value(value)
+        sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
+        sensors.quota_sensor.record(value, now_ms, check_quotas=False)
+
+    def unrecord_quota_sensor(self, user: str, client_id: str, value: float, now_ms: int) -> None:
+        """Take back a recorded value (a throttled fetch returns no data, so its bytes must not count).
+
+        Records ``-value``: the sample sums return to what they were before the recording.
+        """
+        _check_names(user, client_id)
+        _check_value(value)
+        sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
+        sensors.quota_sensor.record(-value, now_ms, check_quotas=False)
+
+    def throttle(self, user: str, client_id: str, throttle_time_ms: int, now_ms: int) -> None:
+        """Record a throttle the caller applies, in the client's ``throttle-time`` metric (Avg)."""
+        if throttle_time_ms > 0:
+            sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
+            sensors.throttle_time_sensor.record(float(throttle_time_ms), now_ms)
+
+    def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
+        """The delay for a violation; managers with a cap override this."""
+        return throttle_time(e, now_ms)
+
+    # --- queries -----------------------------------------------------------------------------------
+    def max_value_in_quota_window(self, user: str, client_id: str, now_ms: int) -> float:
+        """The largest value that is not throttled for sure: ``limit * (samples - 1) * window_seconds``.
+
+        Fetch uses it to cap the bytes fetched at once.
+        """
+        if not self.quotas_enabled():
+            return DOUBLE_MAX_VALUE
+        sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
+        limit = self.quota_callback.quota_limit(self.client_quota_type, sensors.metric_tags)
+        if limit is None:
+            return DOUBLE_MAX_VALUE
+        return limit * (self.config.num_quota_samples - 1) * self.config.quota_window_size_seconds
+
+    def quota(self, user: str, client_id: str) -> Quota:
+        """The quota that applies to a client now (resolves without creating sensors)."""
+        tags = self._metric_tags(user, client_id)
+        return Quota.upper_bound(self._quota_limit(tags))
+
+    def quota_metric(self, user: str, client_id: str) -> MetricName:
+        """Name of the quota metric a client records into (for inspection and exporters)."""
+        return self.client_quota_metric_name(self._metric_tags(user, client_id))
+
+    # --- configuration -----------------------------------------------------------------------------
+    def update_quota(self, entity: ClientQuotaEntity, bound: float | None) -> None:
+        """Set (or, with ``bound=None``, remove) the quota of an entity; usage is never reset.
+
+        Existing sensors keep their samples and get the new bound in their ``MetricConfig``.
+        """
+        if not isinstance(entity, ClientQuotaEntity):
+            raise ValueError(f"expected a ClientQuotaEntity, got {type(entity).__name__}")
+        if bound is None:
+            self.quota_callback.remove_quota(self.client_quota_type, entity)
+        else:
+            self.quota_callback.update_quota(self.client_quota_type, entity, _check_bound(bound))
+        self._sensors.clear()  # metric tags may resolve differently now
+        if entity.user is DEFAULT or entity.client_id is DEFAULT:
+            self.update_quota_metric_configs(None)  # a default may apply to many sensors
+        else:
+            self.update_quota_metric_configs(entity)
+
+    def update_quota_metric_configs(self, updated_entity: ClientQuotaEntity | None = None) -> None:
+        """Give existing quota metrics their current bound.
+
+        With one named entity and one level of quotas, only that entity's metric can change; otherwise
+        every quota metric of this manager is checked (defaults, several levels, custom callbacks).
+        """
+        if updated_entity is not None and self.quota_types_enabled in _SINGLE_LEVEL:
+            user = sanitize(updated_entity.user) if isinstance(updated_entity.user, str) else ""
+            client_id = updated_entity.client_id if isinstance(updated_entity.client_id, str) else ""
+            tags = {USER_TAG: user, CLIENT_ID_TAG: client_id}
+            metric = self.metrics.metric(self.client_quota_metric_name(tags))
+            if metric is not None:
+                metric.config = self.quota_metric_config(self._quota_limit(tags))
+            return
+        probe = self.client_quota_metric_name({})
+        for name, metric in self.metrics.metrics.items():
+            if name.name == probe.name and name.group == probe.group:
+                limit = self._quota_limit(name.tags)
+                if metric.config.quota is None or limit != metric.config.quota.bound:
+                    metric.config = self.quota_metric_config(limit)
+
+    # --- sensors -----------------------------------------------------------------------------------
+    def get_or_create_quota_sensors(self, user: str, client_id: str, now_ms: int) -> ClientSensors:
+        """The sensors a client records into, created (idle since ``now_ms``) when missing."""
+        metrics = self.metrics
+        if self._sensors_removed_seen != metrics.sensors_removed:
+            self._sensors.clear()  # some sensor expired: cached entries may point at removed ones
+            self._sensors_removed_seen = metrics.sensors_removed
+        key = (user, client_id)
+        sensors = self._sensors.get(key)
+        if sensors is not None:
+            return sensors
+        tags = self._metric_tags(user, client_id)
+        suffix = ":".join(tags.values())
+        quota_type = self.quota_type
+        quota_sensor = metrics.get_sensor(f"{quota_type}-{suffix}")
+        if quota_sensor is None:
+            quota_sensor = self._new_sensor(f"{quota_type}-{suffix}", now_ms)
+            self.register_quota_metrics(quota_sensor, tags)
+        throttle_sensor = metrics.get_sensor(f"{quota_type}ThrottleTime-{suffix}")
+        if throttle_sensor is None:
+            throttle_sensor = self._new_sensor(f"{quota_type}ThrottleTime-{suffix}", now_ms)
+            throttle_sensor.add(
+                metrics.metric_name(
+                    "throttle-time", str(quota_type), "Tracking average throttle-time per user/client-id", tags
+                ),
+                Avg(),
+            )
+        value_sensor = None
+        if self._quota_value_enabled:
+            value_sensor = metrics.get_sensor(f"{quota_type}QuotaValue-{suffix}")
+            if value_sensor is None:
+                value_sensor = self._new_sensor(f"{quota_type}QuotaValue-{suffix}", now_ms)
+                value_sensor.add(
+                    metrics.metric_name("quota-value", str(quota_type), "The quota enforced per user/client-id", tags),
+                    Value(),
+                )
+        sensors = ClientSensors(tags, quota_sensor, throttle_sensor, value_sensor)
+        if self._custom:
+            if self.quota_callback.quota_reset_required(self.client_quota_type):
+                self.update_quota_metric_configs()
+        else:
+            self._sensors[key] = sensors
+        return sensors
+
+    def register_quota_metrics(self, sensor: Sensor, metric_tags: Mapping[str, str]) -> None:
+        """Add the quota metric(s) to a new quota sensor; managers of other kinds override this."""
+        sensor.add(
+            self.client_quota_metric_name(metric_tags),
+            Rate(),
+            self.quota_metric_config(self._quota_limit(metric_tags)),
+        )
+
+    def client_quota_metric_name(self, metric_tags: Mapping[str, str]) -> MetricName:
+        return self.metrics.metric_name(
+            self.quota_metric_name, str(self.quota_type), self.quota_metric_description, metric_tags
+        )
+
+    def quota_metric_config(self, limit: float) -> MetricConfig:
+        return MetricConfig(
+            samples=self.config.num_quota_samples,
+            time_window_ms=self.config.quota_window_ms,
+            quota=Quota.upper_bound(limit),
+        )
+
+    def expire_sensors(self, now_ms: int) -> list[str]:
+        """Remove sensors idle for an hour (Kafka's sensor expiry); returns the names removed."""
+        return self.metrics.expire_sensors(now_ms)
+
+    def _new_sensor(self, name: str, now_ms: int) -> Sensor:
+        return self.metrics.sensor(
+            name, now_ms=now_ms, inactive_sensor_expiration_time_seconds=INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS
+        )
+
+    def _metric_tags(self, user: str, client_id: str) -> dict[str, str]:
+        callback = self.quota_callback
+        if isinstance(callback, DefaultQuotaCallback) and not self._custom:
+            user_tag, client_tag = callback.metric_tags(sanitize(user), client_id)
+            return {USER_TAG: user_tag, CLIENT_ID_TAG: client_tag}
+        return dict(callback.quota_metric_tags(self.client_quota_type, user, client_id))
+
+    def _quota_limit(self, metric_tags: Mapping[str, str]) -> float:
+        limit = self.quota_callback.quota_limit(self.client_quota_type, metric_tags)
+        return float(LONG_MAX_VALUE) if limit is None else limit
+
+    @staticmethod
+    def _bound_of(quota_sensor: Sensor) -> float:
+        for metric in quota_sensor.metrics:
+            if metric.config.quota is not None:
+                return metric.config.quota.bound
+        return float(LONG_MAX_VALUE)
