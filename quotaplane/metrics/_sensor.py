@@ -84,7 +84,7 @@ class Sensor:
     def should_record(self) -> bool:
         return self._should_record
 
-    def record(self, value: float = 1.0, now_ms: int = 0, *, check_quotas: bool = True) -> None:
+    def record(self, value: float, now_ms: int, *, check_quotas: bool = True) -> None:
         """Record ``value`` at ``now_ms`` in every stat, then check quotas, then record in parents."""
         if not self._should_record:
             return
@@ -104,15 +104,23 @@ class Sensor:
             if quota is not None:
                 stat = metric.stat
                 value = stat.measure(config, now_ms)
-                if stat.is_violated(quota, value):
+                # a stat of the caller's own (Kafka takes any MeasurableStat) is held to quota.acceptable
+                is_violated = getattr(stat, "is_violated", None)
+                violated = is_violated(quota, value) if is_violated is not None else not quota.acceptable(value)
+                if violated:
                     raise QuotaViolationError(metric, value, quota.bound)
 
-    def add(self, metric_name: object, stat: object, config: MetricConfig | None = None) -> bool:
+    def add(
+        self, metric_name: object, stat: object, config: MetricConfig | None = None, *, now_ms: int | None = None
+    ) -> bool:
         """Register a metric fed by this sensor, measured with ``config`` (default: the sensor's).
 
         Adding the same name twice is a no-op (Kafka's idempotent add); a name already registered
-        by another sensor is an error.
+        by another sensor is an error. Given ``now_ms``, an expired sensor adds nothing and returns
+        False, as Kafka's does (an expired sensor is about to be removed with its metrics).
         """
+        if now_ms is not None and self.has_expired(now_ms):
+            return False
         if metric_name in self._metrics:
             return True
         metric = self._registry._new_metric(metric_name, stat, config if config is not None else self.config)

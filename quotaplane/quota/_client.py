@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..metrics import (
     LONG_MAX_VALUE,
     Avg,
+    KafkaMetric,
     MetricConfig,
     MetricName,
     Metrics,
@@ -111,6 +112,12 @@ def _check_names(user: object, client_id: object) -> None:
         raise ValueError(f"client_id must be a string, got {type(client_id).__name__}")
 
 
+def _check_now(now_ms: object) -> int:
+    if isinstance(now_ms, bool) or not isinstance(now_ms, int):
+        raise ValueError(f"now_ms must be an integer of milliseconds, got {now_ms!r}")
+    return now_ms
+
+
 def _check_bound(bound: object) -> float:
     if isinstance(bound, bool) or not isinstance(bound, int | float) or math.isnan(bound):
         raise ValueError(f"a quota bound must be a number, got {bound!r}")
@@ -194,14 +201,15 @@ class ClientQuotaManager:
         item_now_ms)``. Every item is validated before any is recorded, so a bad item rejects the
         whole batch with a ValueError naming its index, and nothing is half-applied.
         """
+        _check_now(now_ms)
         for index, item in enumerate(items):
             try:
                 if len(item) not in (3, 4):
                     raise ValueError(f"expected (user, client_id, value[, now_ms]), got {len(item)} fields")
                 _check_names(item[0], item[1])
                 _check_value(item[2])
-                if len(item) == 4 and (isinstance(item[3], bool) or not isinstance(item[3], int)):
-                    raise ValueError(f"now_ms must be an integer, got {item[3]!r}")
+                if len(item) == 4:
+                    _check_now(item[3])
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"usage item {index}: {exc}") from None
         sensors_for = self.get_or_create_quota_sensors
@@ -242,6 +250,9 @@ class ClientQuotaManager:
 
     def throttle(self, user: str, client_id: str, throttle_time_ms: int, now_ms: int) -> None:
         """Record a throttle the caller applies, in the client's ``throttle-time`` metric (Avg)."""
+        _check_names(user, client_id)
+        if isinstance(throttle_time_ms, bool) or not isinstance(throttle_time_ms, int) or throttle_time_ms < 0:
+            raise ValueError(f"throttle_time_ms must be a non-negative integer, got {throttle_time_ms!r}")
         if throttle_time_ms > 0:
             sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
             sensors.throttle_time_sensor.record(float(throttle_time_ms), now_ms)
@@ -256,6 +267,7 @@ class ClientQuotaManager:
 
         Fetch uses it to cap the bytes fetched at once.
         """
+        _check_names(user, client_id)
         if not self.quotas_enabled():
             return DOUBLE_MAX_VALUE
         sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
@@ -266,11 +278,13 @@ class ClientQuotaManager:
 
     def quota(self, user: str, client_id: str) -> Quota:
         """The quota that applies to a client now (resolves without creating sensors)."""
+        _check_names(user, client_id)
         tags = self._metric_tags(user, client_id)
         return Quota.upper_bound(self._quota_limit(tags))
 
     def quota_metric(self, user: str, client_id: str) -> MetricName:
         """Name of the quota metric a client records into (for inspection and exporters)."""
+        _check_names(user, client_id)
         return self.client_quota_metric_name(self._metric_tags(user, client_id))
 
     # --- configuration -----------------------------------------------------------------------------
@@ -303,14 +317,22 @@ class ClientQuotaManager:
             tags = {USER_TAG: user, CLIENT_ID_TAG: client_id}
             metric = self.metrics.metric(self.client_quota_metric_name(tags))
             if metric is not None:
-                metric.config = self.quota_metric_config(self._quota_limit(tags))
+                self._set_quota_limit(metric, self._quota_limit(tags))
             return
         probe = self.client_quota_metric_name({})
         for name, metric in self.metrics.metrics.items():
             if name.name == probe.name and name.group == probe.group:
                 limit = self._quota_limit(name.tags)
                 if metric.config.quota is None or limit != metric.config.quota.bound:
-                    metric.config = self.quota_metric_config(limit)
+                    self._set_quota_limit(metric, limit)
+
+    def _set_quota_limit(self, metric: KafkaMetric, limit: float) -> None:
+        metric.config = self.quota_metric_config(limit)
+        if self._quota_value_enabled:
+            # KIP-786: the quota-value metric shows the new bound now, not at the client's next request
+            value_metric = self.metrics.metric(self.quota_value_metric_name(metric.metric_name.tags))
+            if value_metric is not None:
+                value_metric.stat.value = limit
 
     # --- sensors -----------------------------------------------------------------------------------
     def get_or_create_quota_sensors(self, user: str, client_id: str, now_ms: int) -> ClientSensors:
@@ -344,10 +366,8 @@ class ClientQuotaManager:
             value_sensor = metrics.get_sensor(f"{quota_type}QuotaValue-{suffix}")
             if value_sensor is None:
                 value_sensor = self._new_sensor(f"{quota_type}QuotaValue-{suffix}", now_ms)
-                value_sensor.add(
-                    metrics.metric_name("quota-value", str(quota_type), "The quota enforced per user/client-id", tags),
-                    Value(),
-                )
+                value_sensor.add(self.quota_value_metric_name(tags), Value())
+                value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
         sensors = ClientSensors(tags, quota_sensor, throttle_sensor, value_sensor)
         if self._custom:
             if self.quota_callback.quota_reset_required(self.client_quota_type):
@@ -367,6 +387,12 @@ class ClientQuotaManager:
     def client_quota_metric_name(self, metric_tags: Mapping[str, str]) -> MetricName:
         return self.metrics.metric_name(
             self.quota_metric_name, str(self.quota_type), self.quota_metric_description, metric_tags
+        )
+
+    def quota_value_metric_name(self, metric_tags: Mapping[str, str]) -> MetricName:
+        """Name of KIP-786's ``quota-value`` metric for a set of metric tags."""
+        return self.metrics.metric_name(
+            "quota-value", str(self.quota_type), "The quota enforced per user/client-id", metric_tags
         )
 
     def quota_metric_config(self, limit: float) -> MetricConfig:

@@ -30,6 +30,17 @@ REPLICATION_QUOTA_TYPES = frozenset(
 
 _REPLICA = re.compile(r"([0-9]+):([0-9]+)")
 
+#: What Java's ``String.trim`` strips: every char up to U+0020 (not Python's Unicode whitespace).
+_JAVA_TRIM = "".join(map(chr, range(0x21)))
+
+
+def _java_list_string(value: str) -> str:
+    """``Arrays.asList(value.split(",")).toString()``: Java's split drops trailing empty strings."""
+    parts = value.split(",")
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    return "[" + ", ".join(parts) + "]"
+
 
 @dataclass(frozen=True, slots=True)
 class ThrottledReplicas:
@@ -63,7 +74,8 @@ def parse_throttled_replicas(value: str, *, name: str = "throttled.replicas") ->
     """
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string, got {type(value).__name__}")
-    elements = [element.strip() for element in value.split(",")]
+    value = value.strip(_JAVA_TRIM)  # Kafka trims the whole value, then each element
+    elements = [element.strip(_JAVA_TRIM) for element in value.split(",")]
     if "".join(elements) == "*":
         return ALL_REPLICAS
     pairs = set()
@@ -73,8 +85,8 @@ def parse_throttled_replicas(value: str, *, name: str = "throttled.replicas") ->
         match = _REPLICA.fullmatch(element)
         if match is None:
             raise ValueError(
-                f"Invalid value {value!r} for configuration {name}: {name} must be the literal '*' or a list "
-                "of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+                f"Invalid value {_java_list_string(value)} for configuration {name}: {name} must be the literal '*' "
+                "or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
             )
         pairs.add((int(match.group(1)), int(match.group(2))))
     return ThrottledReplicas(replicas=frozenset(pairs))

@@ -76,6 +76,7 @@ class ClientRequestQuotaManager(ClientQuotaManager):
 
     def record_network_thread_time(self, user: str, client_id: str, *, time_nanos: int, now_ms: int) -> None:
         """Record the network-thread time of a response once it is sent; it is never throttled alone."""
+        _check_names(user, client_id)
         percentage = nanos_to_percentage(_check_nanos(time_nanos))
         if self.quotas_enabled():
             self.record_no_throttle(user, client_id, percentage, now_ms)
