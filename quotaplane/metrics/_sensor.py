@@ -24,10 +24,14 @@ class QuotaViolationError(Exception):
     __slots__ = ("bound", "metric", "value")
 
     def __init__(self, metric: KafkaMetric, value: float, bound: float) -> None:
-        super().__init__(f"'{metric.metric_name}' violated quota. Actual: {value}, Threshold: {bound}")
+        super().__init__()
         self.metric = metric
         self.value = value
         self.bound = bound
+
+    def __str__(self) -> str:
+        # formatted on demand: violations are routine on the hot path and are rarely printed
+        return f"'{self.metric.metric_name}' violated quota. Actual: {self.value}, Threshold: {self.bound}"
 
 
 class Sensor:

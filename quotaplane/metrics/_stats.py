@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _add = operator.add
+_SECONDS = TimeUnit.SECONDS  # module constant: Enum attribute lookups are slow on the hot path
 
 
 @runtime_checkable
@@ -241,11 +242,20 @@ class Rate(_QuotaCheck):
         self.stat.record(config, value, now_ms)
 
     def measure(self, config: MetricConfig, now_ms: int) -> float:
+        return self.measure_with_window(config, now_ms)[0]
+
+    def measure_with_window(self, config: MetricConfig, now_ms: int) -> tuple[float, int]:
+        """The rate and the padded window (ms) it is divided by, after one purge.
+
+        The window is what ``window_size`` would return at the same ``now_ms`` (a second purge at the
+        same time can reset nothing), so a throttle time can be computed without measuring again.
+        """
         stat = self.stat
         stat.purge_obsolete_samples(config, now_ms)
-        value = stat.combine(config, now_ms)
-        # window_size would purge again; at the same now_ms that second purge can reset nothing
-        return value / self.unit.convert(self._padded_window_ms(config, now_ms))
+        total = stat.combine(config, now_ms)
+        window_ms = self._padded_window_ms(config, now_ms)
+        unit = self.unit
+        return total / (window_ms / 1000.0 if unit is _SECONDS else unit.convert(window_ms)), window_ms
 
     def window_size(self, config: MetricConfig, now_ms: int) -> int:
         """The span, in ms, that the measured total is divided by (after purging)."""

@@ -24,6 +24,7 @@ from ..metrics import (
     Rate,
     Sensor,
     Value,
+    WindowedSum,
 )
 from ._callback import (
     CLIENT_ID_QUOTA_ENABLED,
@@ -37,7 +38,7 @@ from ._callback import (
     DefaultQuotaCallback,
 )
 from ._types import DEFAULT, ClientQuotaEntity, QuotaType, sanitize
-from .throttle import throttle_time
+from .throttle import throttle_time_for
 
 __all__ = [
     "INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS",
@@ -95,6 +96,8 @@ class ClientSensors:
     quota_sensor: Sensor
     throttle_time_sensor: Sensor
     quota_value_sensor: Sensor | None = None
+    #: The quota sensor's only metric when recording into it is "one Rate, then check": the fast path.
+    rate_metric: KafkaMetric | None = None
 
 
 def _check_value(value: object) -> float:
@@ -116,6 +119,43 @@ def _check_now(now_ms: object) -> int:
     if isinstance(now_ms, bool) or not isinstance(now_ms, int):
         raise ValueError(f"now_ms must be an integer of milliseconds, got {now_ms!r}")
     return now_ms
+
+
+_FAST_NUMBER_TYPES = (float, int)
+
+
+def _check_item(index: int, item: object) -> None:
+    """Validate one usage item of a batch, raising ValueError that names its index."""
+    try:
+        if not isinstance(item, tuple | list):
+            raise ValueError(f"expected a (user, client_id, value[, now_ms]) tuple, got {type(item).__name__}")
+        if len(item) not in (3, 4):
+            raise ValueError(f"expected (user, client_id, value[, now_ms]), got {len(item)} fields")
+        _check_names(item[0], item[1])
+        _check_value(item[2])
+        if len(item) == 4:
+            _check_now(item[3])
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"usage item {index}: {exc}") from None
+
+
+def _single_rate_metric(sensor: Sensor) -> KafkaMetric | None:
+    """The sensor's only metric if it is a plain ``Rate`` over a ``WindowedSum`` and the sensor records
+    with no parents: then recording is "record, measure, compare", which the fast path does inline."""
+    metrics = sensor.metrics
+    if len(metrics) != 1 or sensor.parents or not sensor.should_record():
+        return None
+    stat = metrics[0].stat
+    if type(stat) is Rate and type(stat.stat) is WindowedSum:
+        return metrics[0]
+    return None
+
+
+def _rate_of(e: QuotaViolationError) -> Rate:
+    stat = e.metric.stat
+    if not isinstance(stat, Rate):
+        raise ValueError(f"Metric {e.metric.metric_name} is not a Rate metric, value {stat!r}")
+    return stat
 
 
 def _check_bound(bound: object) -> float:
@@ -203,33 +243,59 @@ class ClientQuotaManager:
         """
         _check_now(now_ms)
         for index, item in enumerate(items):
-            try:
-                if len(item) not in (3, 4):
-                    raise ValueError(f"expected (user, client_id, value[, now_ms]), got {len(item)} fields")
-                _check_names(item[0], item[1])
-                _check_value(item[2])
-                if len(item) == 4:
-                    _check_now(item[3])
-            except (ValueError, TypeError) as exc:
-                raise ValueError(f"usage item {index}: {exc}") from None
+            # the common item passes three type checks; anything else gets the full, explaining check
+            if not (
+                type(item) is tuple
+                and len(item) == 3
+                and type(item[0]) is str
+                and type(item[1]) is str
+                and type(item[2]) in _FAST_NUMBER_TYPES
+                and 0.0 <= item[2] < math.inf
+            ):
+                _check_item(index, item)
         sensors_for = self.get_or_create_quota_sensors
+        cached = self._cached_sensors().get
         record = self._record
         results = []
         append = results.append
         for item in items:
-            t = item[3] if len(item) == 4 else now_ms
-            append(record(sensors_for(item[0], item[1], t), item[2], t))
+            if len(item) == 3:
+                user, client_id, value = item
+                t = now_ms
+            else:
+                user, client_id, value, t = item
+            sensors = cached((user, client_id))
+            if sensors is None:
+                sensors = sensors_for(user, client_id, t)
+            append(record(sensors, value, t))
         return results
 
     def _record(self, sensors: ClientSensors, value: float, now_ms: int) -> int:
+        """Record into a client's quota sensor and return the throttle time (0 within quota)."""
         quota_sensor = sensors.quota_sensor
         if sensors.quota_value_sensor is not None:
             sensors.quota_value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
-        try:
-            quota_sensor.record(value, now_ms)
-        except QuotaViolationError as e:
-            return self.throttle_time(e, now_ms)
-        return 0
+        metric = sensors.rate_metric
+        if metric is None:
+            try:
+                quota_sensor.record(value, now_ms)
+            except QuotaViolationError as e:
+                return self.throttle_time(e, now_ms)
+            return 0
+        # Sensor.record for a sensor whose only metric is a Rate and which has no parents: record,
+        # measure once, compare. The window measured is the one the throttle time is computed over.
+        quota_sensor.last_record_time_ms = now_ms
+        config = metric.config
+        rate = metric.stat
+        rate.stat.record(config, value, now_ms)
+        quota = config.quota
+        if quota is None:
+            return 0
+        measured, window_ms = rate.measure_with_window(config, now_ms)
+        bound = quota.bound
+        if (measured <= bound) if quota.upper else (measured >= bound):
+            return 0
+        return self.throttle_time_for(measured, bound, window_ms)
 
     def record_no_throttle(self, user: str, client_id: str, value: float, now_ms: int) -> None:
         """Record without checking the quota; the next checked recording sees the total."""
@@ -258,8 +324,12 @@ class ClientQuotaManager:
             sensors.throttle_time_sensor.record(float(throttle_time_ms), now_ms)
 
     def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
-        """The delay for a violation; managers with a cap override this."""
-        return throttle_time(e, now_ms)
+        """The delay for a violated quota metric, over its padded window at ``now_ms``."""
+        return self.throttle_time_for(e.value, e.bound, _rate_of(e).window_size(e.metric.config, now_ms))
+
+    def throttle_time_for(self, value: float, bound: float, window_size_ms: int) -> int:
+        """Kafka's ``QuotaUtils.throttleTime`` from its parts; managers with a cap override this."""
+        return throttle_time_for(value, bound, window_size_ms)
 
     # --- queries -----------------------------------------------------------------------------------
     def max_value_in_quota_window(self, user: str, client_id: str, now_ms: int) -> float:
@@ -338,11 +408,8 @@ class ClientQuotaManager:
     def get_or_create_quota_sensors(self, user: str, client_id: str, now_ms: int) -> ClientSensors:
         """The sensors a client records into, created (idle since ``now_ms``) when missing."""
         metrics = self.metrics
-        if self._sensors_removed_seen != metrics.sensors_removed:
-            self._sensors.clear()  # some sensor expired: cached entries may point at removed ones
-            self._sensors_removed_seen = metrics.sensors_removed
         key = (user, client_id)
-        sensors = self._sensors.get(key)
+        sensors = self._cached_sensors().get(key)
         if sensors is not None:
             return sensors
         tags = self._metric_tags(user, client_id)
@@ -368,13 +435,21 @@ class ClientQuotaManager:
                 value_sensor = self._new_sensor(f"{quota_type}QuotaValue-{suffix}", now_ms)
                 value_sensor.add(self.quota_value_metric_name(tags), Value())
                 value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
-        sensors = ClientSensors(tags, quota_sensor, throttle_sensor, value_sensor)
+        sensors = ClientSensors(tags, quota_sensor, throttle_sensor, value_sensor, _single_rate_metric(quota_sensor))
         if self._custom:
             if self.quota_callback.quota_reset_required(self.client_quota_type):
                 self.update_quota_metric_configs()
         else:
             self._sensors[key] = sensors
         return sensors
+
+    def _cached_sensors(self) -> dict[tuple[str, str], ClientSensors]:
+        """The sensor cache, emptied first if any sensor was removed since it was filled."""
+        removed = self.metrics.sensors_removed
+        if self._sensors_removed_seen != removed:
+            self._sensors.clear()  # cached entries may point at removed sensors
+            self._sensors_removed_seen = removed
+        return self._sensors
 
     def register_quota_metrics(self, sensor: Sensor, metric_tags: Mapping[str, str]) -> None:
         """Add the quota metric(s) to a new quota sensor; managers of other kinds override this."""

@@ -7,11 +7,11 @@ at one quota window so an idle-then-busy client never waits minutes.
 
 from __future__ import annotations
 
-from ..metrics import Metrics, QuotaViolationError, Rate, Sensor
+from ..metrics import Metrics, Rate, Sensor
 from ._callback import ClientQuotaCallback
 from ._client import ClientQuotaManager, ClientQuotaManagerConfig, _check_names
 from ._types import QuotaType
-from .throttle import bounded_throttle_time
+from .throttle import throttle_time_for
 
 __all__ = ["NANOS_TO_PERCENTAGE_PER_SECOND", "ClientRequestQuotaManager", "nanos_to_percentage"]
 
@@ -61,8 +61,9 @@ class ClientRequestQuotaManager(ClientQuotaManager):
             Rate(),
         )
 
-    def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
-        return bounded_throttle_time(e, self.max_throttle_time_ms, now_ms)
+    def throttle_time_for(self, value: float, bound: float, window_size_ms: int) -> int:
+        """Kafka's ``boundedThrottleTime``: never more than one quota window."""
+        return min(throttle_time_for(value, bound, window_size_ms), self.max_throttle_time_ms)
 
     def maybe_record_request_time(
         self, user: str, client_id: str, *, request_thread_time_nanos: int, now_ms: int

@@ -1,0 +1,56 @@
+"""The inline fast path of ClientQuotaManager gives exactly what the generic ``Sensor.record`` path gives.
+
+Recording into a quota sensor whose only metric is a ``Rate`` is done inline (record, measure once,
+compare, throttle from the measured window). Here the same workloads run with the fast path switched
+off (no sensor qualifies), and throttles and every metric value must be identical.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quotaplane.quota import ClientQuotaManager, QuotaType
+from quotaplane.quota import _client as client_module
+
+from ._client_quota_support import metric_values
+from .test_client_quota_properties import SETTINGS, configured_manager, last_time, quota_maps, usage_batches
+
+
+def run(quota_type: QuotaType, quotas: dict, batch: tuple[int, list[tuple]]) -> tuple[list[int], ClientQuotaManager]:
+    batch_now, items = batch
+    mgr = configured_manager(quota_type, False, quotas)
+    throttles = [
+        mgr.record_and_get_throttle_time_ms(item[0], item[1], item[2], item[3] if len(item) == 4 else batch_now)
+        for item in items
+    ]
+    throttles += mgr.record_batch(items, last_time(batch_now, items))
+    return throttles, mgr
+
+
+@SETTINGS
+@given(
+    quota_type=st.sampled_from([QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST]),
+    quotas=quota_maps,
+    batch=usage_batches(),
+)
+def test_fast_path_equals_generic_sensor_path(quota_type, quotas, batch) -> None:
+    """Throttles (incl. the request quota's one-window cap) and metrics match the generic path."""
+    fast_throttles, fast = run(quota_type, quotas, batch)
+    with mock.patch.object(client_module, "_single_rate_metric", return_value=None):
+        generic_throttles, generic = run(quota_type, quotas, batch)
+    assert all(s.rate_metric is None for s in generic._sensors.values())
+    assert fast_throttles == generic_throttles
+    end = last_time(*batch)
+    for at in (end, end + 700, end + 11_000):
+        assert metric_values(fast.metrics, at) == metric_values(generic.metrics, at)
+
+
+def test_fast_path_is_taken_for_byte_rate_sensors() -> None:
+    """A produce client's sensors qualify for the fast path; without this the property above proves nothing."""
+    mgr = ClientQuotaManager(client_module.ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+    sensors = mgr.get_or_create_quota_sensors("alice", "c1", 1_700_000_000_000)
+    assert sensors.rate_metric is not None
+    assert sensors.rate_metric.metric_name == mgr.quota_metric("alice", "c1")
