@@ -323,11 +323,14 @@ class TokenBucket:
         return value < 0
 
     def _refill(self, quota: float, burst: float, now_ms: int) -> None:
-        self.tokens = min(burst, self.tokens + quota * self.unit.convert(now_ms - self.last_update_ms))
+        elapsed_ms = now_ms - self.last_update_ms
+        elapsed = elapsed_ms / 1000.0 if self.unit is _SECONDS else self.unit.convert(elapsed_ms)
+        self.tokens = min(burst, self.tokens + quota * elapsed)
         self.last_update_ms = now_ms
 
     def _burst(self, config: MetricConfig, quota: float) -> float:
-        return config.samples * self.unit.convert(config.time_window_ms) * quota
+        window_ms = config.time_window_ms
+        return config.samples * (window_ms / 1000.0 if self.unit is _SECONDS else self.unit.convert(window_ms)) * quota
 
     def __repr__(self) -> str:
         return f"TokenBucket(unit={self.unit.name}, tokens={self.tokens}, last_update_ms={self.last_update_ms})"

@@ -9,6 +9,7 @@ throttle time; the caller mutes the channel.
 10000
 """
 
+from ._bloom import TimedBloomFilter
 from ._callback import (
     CLIENT_ID_QUOTA_ENABLED,
     CLIENT_ID_TAG,
@@ -27,6 +28,15 @@ from ._client import (
     ClientSensors,
     UsageItem,
 )
+from ._connection import (
+    IP_CONNECTION_RATE_DEFAULT,
+    Admission,
+    ConnectionAttempt,
+    ConnectionDecision,
+    ConnectionLimit,
+    ConnectionQuotas,
+    ConnectionQuotasConfig,
+)
 from ._controller_mutation import (
     STRICT_SINCE_VERSION,
     UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
@@ -37,6 +47,12 @@ from ._controller_mutation import (
     ThrottlingQuotaExceededError,
 )
 from ._factory import QuotaConfig, QuotaManagers, build_quota_managers
+from ._producer_ids import (
+    PRODUCER_IDS_RATE,
+    ProducerIdItem,
+    ProducerIdQuotaManager,
+    ProducerIdQuotaManagerConfig,
+)
 from ._replication import (
     ALL_REPLICAS,
     ReplicationQuotaManager,
@@ -55,13 +71,16 @@ __all__ = [
     "CUSTOM_QUOTAS",
     "DEFAULT",
     "INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS",
+    "IP_CONNECTION_RATE_DEFAULT",
     "NANOS_TO_PERCENTAGE_PER_SECOND",
     "NO_QUOTAS",
+    "PRODUCER_IDS_RATE",
     "STRICT_SINCE_VERSION",
     "UNBOUNDED_CONTROLLER_MUTATION_QUOTA",
     "USER_CLIENT_ID_QUOTA_ENABLED",
     "USER_QUOTA_ENABLED",
     "USER_TAG",
+    "Admission",
     "ClientQuotaCallback",
     "ClientQuotaEntity",
     "ClientQuotaManager",
@@ -69,11 +88,19 @@ __all__ = [
     "ClientQuotaType",
     "ClientRequestQuotaManager",
     "ClientSensors",
+    "ConnectionAttempt",
+    "ConnectionDecision",
+    "ConnectionLimit",
+    "ConnectionQuotas",
+    "ConnectionQuotasConfig",
     "ControllerMutationQuota",
     "ControllerMutationQuotaManager",
     "Default",
     "DefaultQuotaCallback",
     "PermissiveControllerMutationQuota",
+    "ProducerIdItem",
+    "ProducerIdQuotaManager",
+    "ProducerIdQuotaManagerConfig",
     "QuotaConfig",
     "QuotaManagers",
     "QuotaType",
@@ -82,6 +109,7 @@ __all__ = [
     "StrictControllerMutationQuota",
     "ThrottledReplicas",
     "ThrottlingQuotaExceededError",
+    "TimedBloomFilter",
     "UsageItem",
     "bounded_throttle_time",
     "build_quota_managers",

@@ -51,8 +51,15 @@ def throttle_time_for(value: float, bound: float, window_size_ms: int) -> int:
 
     >>> throttle_time_for(5.6, 5.0, 10_000)  # 12% over quota in a 10 s window
     1200
+    >>> throttle_time_for(1.0, 0.0, 1000)  # a zero quota: Java's x/0 is Infinity, rounded to Long.MAX
+    2147483647
     """
-    return _clamp_int(java_round((value - bound) / bound * window_size_ms))
+    difference = value - bound
+    if bound == 0.0:
+        # Java divides by zero to ±Infinity (or NaN at 0/0) and Math.round saturates; a zero
+        # connection-rate quota thus throttles for the whole cap, as in Kafka
+        return _clamp_int(java_round(math.copysign(math.inf, difference) if difference else math.nan))
+    return _clamp_int(java_round(difference / bound * window_size_ms))
 
 
 def throttle_time(e: QuotaViolationError, now_ms: int) -> int:

@@ -20,6 +20,7 @@ from quotaplane.metrics import (
     Value,
 )
 from quotaplane.quota import bounded_throttle_time, java_round, throttle_time, token_bucket_throttle_time
+from quotaplane.quota.throttle import INT_MAX_VALUE, throttle_time_for
 
 NOW = 1_700_000_000_000
 NUM_SAMPLES = 10
@@ -177,3 +178,9 @@ def test_throttle_time_is_capped_at_int_max():
     metric = KafkaMetric(MetricName("tokens", "ControllerMutation"), TokenBucket(), MetricConfig())
     assert token_bucket_throttle_time(QuotaViolationError(metric, -1e12, 1.0)) == 2**31 - 1
     assert _throttle_time(1e12, 1.0, NUM_SAMPLES) == 2**31 - 1
+
+
+def test_zero_bound_saturates_like_java_division_by_zero() -> None:
+    """QuotaUtils.throttleTime with a zero quota (allowed for connection rates): Java gives Infinity, not an error."""
+    assert throttle_time_for(1.0, 0.0, 1000) == INT_MAX_VALUE
+    assert throttle_time_for(0.0, 0.0, 1000) == 0  # 0/0 is NaN; Math.round(NaN) is 0
