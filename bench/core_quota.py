@@ -46,8 +46,6 @@ import io
 import itertools
 import json
 import math
-import os
-import platform
 import pstats
 import random
 import sys
@@ -56,6 +54,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
+
+from _machine import machine
 
 from quotaplane.quota import (
     DEFAULT,
@@ -345,34 +345,6 @@ def profile_batch(workload: Workload, size: int, top: int = 25) -> str:
 
 
 # --- report ---------------------------------------------------------------------------------------
-def _processor() -> str:
-    name = platform.processor()
-    if name:
-        return name
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
-def machine() -> dict:
-    info = {
-        "python_version": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),  # no hostname in it
-        "machine": platform.machine(),
-        "processor": _processor(),
-        "cpu_count": os.cpu_count(),
-    }
-    if hasattr(os, "sched_getaffinity"):
-        info["cpus_available"] = len(os.sched_getaffinity(0))
-    return info
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--records", type=int, default=300_000, help="timed records per path (default 300000)")

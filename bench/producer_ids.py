@@ -43,7 +43,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import pstats
 import random
 import subprocess
@@ -51,6 +50,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from _machine import machine
 
 from quotaplane.quota import (
     DEFAULT,
@@ -291,27 +292,6 @@ def memory_in_fresh_process(users: int) -> dict:
 
 
 # --- report -----------------------------------------------------------------------------------------
-def machine() -> dict:
-    processor = platform.processor()
-    if not processor:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as f:
-                processor = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-        except OSError:
-            processor = ""
-    info = {
-        "python_version": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "processor": processor or platform.machine(),
-        "cpu_count": os.cpu_count(),
-    }
-    if hasattr(os, "sched_getaffinity"):
-        info["cpus_available"] = len(os.sched_getaffinity(0))
-    return info
-
-
 def profile(workload: Workload) -> str:
     manager = new_manager(workload)
     batches = batches_of(workload.items, workload.times, max(BATCH_SIZES))

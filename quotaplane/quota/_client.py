@@ -38,7 +38,7 @@ from ._callback import (
     DefaultQuotaCallback,
 )
 from ._types import DEFAULT, ClientQuotaEntity, QuotaType, sanitize
-from .throttle import throttle_time_for
+from .throttle import throttle_time_for, violated_rate_window_size
 
 __all__ = [
     "INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS",
@@ -149,13 +149,6 @@ def _single_rate_metric(sensor: Sensor) -> KafkaMetric | None:
     if type(stat) is Rate and type(stat.stat) is WindowedSum:
         return metrics[0]
     return None
-
-
-def _rate_of(e: QuotaViolationError) -> Rate:
-    stat = e.metric.stat
-    if not isinstance(stat, Rate):
-        raise ValueError(f"Metric {e.metric.metric_name} is not a Rate metric, value {stat!r}")
-    return stat
 
 
 def _check_bound(bound: object) -> float:
@@ -325,7 +318,7 @@ class ClientQuotaManager:
 
     def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
         """The delay for a violated quota metric, over its padded window at ``now_ms``."""
-        return self.throttle_time_for(e.value, e.bound, _rate_of(e).window_size(e.metric.config, now_ms))
+        return self.throttle_time_for(e.value, e.bound, violated_rate_window_size(e, now_ms))
 
     def throttle_time_for(self, value: float, bound: float, window_size_ms: int) -> int:
         """Kafka's ``QuotaUtils.throttleTime`` from its parts; managers with a cap override this."""

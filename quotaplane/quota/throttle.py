@@ -17,6 +17,7 @@ __all__ = [
     "throttle_time",
     "throttle_time_for",
     "token_bucket_throttle_time",
+    "violated_rate_window_size",
 ]
 
 #: Java's ``Integer.MAX_VALUE``: the largest throttle_time_ms a Kafka response can carry.
@@ -62,15 +63,20 @@ def throttle_time_for(value: float, bound: float, window_size_ms: int) -> int:
     return _clamp_int(java_round(difference / bound * window_size_ms))
 
 
+def violated_rate_window_size(e: QuotaViolationError, now_ms: int) -> int:
+    """The padded window at ``now_ms`` of the ``Rate`` that ``e`` reports; ValueError for any other stat."""
+    stat = e.metric.stat
+    if not isinstance(stat, Rate):
+        raise ValueError(f"Metric {e.metric.metric_name} is not a Rate metric, value {stat!r}")
+    return stat.window_size(e.metric.config, now_ms)
+
+
 def throttle_time(e: QuotaViolationError, now_ms: int) -> int:
     """Kafka's ``QuotaUtils.throttleTime``: the delay for a violated ``Rate``, using its padded window at ``now_ms``.
 
     Raises ValueError if the violated metric is not a ``Rate``.
     """
-    stat = e.metric.stat
-    if not isinstance(stat, Rate):
-        raise ValueError(f"Metric {e.metric.metric_name} is not a Rate metric, value {stat!r}")
-    return throttle_time_for(e.value, e.bound, stat.window_size(e.metric.config, now_ms))
+    return throttle_time_for(e.value, e.bound, violated_rate_window_size(e, now_ms))
 
 
 def bounded_throttle_time(e: QuotaViolationError, max_throttle_time_ms: int, now_ms: int) -> int:

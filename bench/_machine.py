@@ -1,0 +1,34 @@
+"""The machine a benchmark ran on, for its JSON report (no host name)."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+
+def _processor() -> str:
+    processor = platform.processor()
+    if processor:
+        return processor
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def machine() -> dict:
+    info = {
+        "python_version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),  # no hostname in it
+        "machine": platform.machine(),
+        "processor": _processor(),
+        "cpu_count": os.cpu_count(),
+    }
+    if hasattr(os, "sched_getaffinity"):
+        info["cpus_available"] = len(os.sched_getaffinity(0))
+    return info
