@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from ..errors import ThrottlingQuotaExceededError
 from ..metrics import Metrics, QuotaViolationError, Rate, Sensor, TokenBucket
 from ._callback import ClientQuotaCallback
 from ._client import ClientQuotaManager, ClientQuotaManagerConfig, _check_names, _check_value
@@ -34,17 +35,6 @@ __all__ = [
 
 #: The first version of each mutating API whose quota is strict (by Kafka API key name).
 STRICT_SINCE_VERSION: Mapping[str, int] = {"CreateTopics": 6, "DeleteTopics": 5, "CreatePartitions": 3}
-
-
-class ThrottlingQuotaExceededError(Exception):
-    """A strict mutation quota rejected the request (Kafka error THROTTLING_QUOTA_EXCEEDED, code 89)."""
-
-    errno = 89
-    retriable = True
-
-    def __init__(self, throttle_time_ms: int) -> None:
-        super().__init__(f"The throttling quota has been exceeded; retry after {throttle_time_ms} ms.")
-        self.throttle_time_ms = throttle_time_ms
 
 
 class ControllerMutationQuota(Protocol):
@@ -111,7 +101,10 @@ class StrictControllerMutationQuota(_RecordedThrottle):
             self._quota_sensor.check_quotas(now_ms)
         except QuotaViolationError as e:
             self._update_throttle_time(e, now_ms)
-            raise ThrottlingQuotaExceededError(self.last_throttle_time_ms) from None
+            raise ThrottlingQuotaExceededError(
+                f"The throttling quota has been exceeded; retry after {self.last_throttle_time_ms} ms.",
+                self.last_throttle_time_ms,
+            ) from None
         self._quota_sensor.record(permits, now_ms, check_quotas=False)
 
 
