@@ -60,6 +60,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import struct
+import threading
 import zlib
 from collections.abc import Iterator
 from enum import IntEnum
@@ -307,13 +308,24 @@ _ZSTD_BLOCK_MAX = 128 * 1024
 _ZSTD_FEED_BYTES = 128 * 1024
 
 
+_THREAD_STATE = threading.local()
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """One decompression context per thread: creating one costs several times a small push's decoding."""
+    decompressor = getattr(_THREAD_STATE, "zstd", None)
+    if decompressor is None:
+        decompressor = _THREAD_STATE.zstd = zstandard.ZstdDecompressor()
+    return decompressor
+
+
 def _zstd(data: bytes, limit: int) -> bytes:
     # ZstdDecompressionObj has no max_length: one call decodes all it is given, and four bytes of an RLE
     # block make 128 KiB. So the frame is cut at block boundaries into pieces of bounded output; any cut
     # of the input is valid for a streaming decoder, so the cuts only bound memory and the decoder alone
     # judges the frame. Its default window limit (128 MiB, as Kafka's zstd-jni) stays: the window is
     # allocated but only touched as output is written, and output is bounded here.
-    decoder = zstandard.ZstdDecompressor().decompressobj()
+    decoder = _zstd_decompressor().decompressobj()
     view = memoryview(data)
     chunks = []
     total = 0

@@ -42,7 +42,6 @@ from collections.abc import Mapping
 
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from ..errors import InvalidRecordError
@@ -93,15 +92,46 @@ def add_resource_attributes(metrics_data: MetricsData, attributes: Mapping[str, 
     ours = [(key, value) for key, value in attributes.items() if value is not None]
     if not ours:
         return
+    for key, value in ours:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"resource attributes are strings, got {key!r}: {value!r}")
     keys = {key for key, _ in ours}
+    # Appending the attributes as one serialized blob is a single C call per resource, a third of the
+    # cost of eight ``add`` calls: this runs on every push.
+    blob = _attributes_blob(ours)
     for resource_metrics in metrics_data.resource_metrics:
-        resource_attributes = resource_metrics.resource.attributes
+        resource = resource_metrics.resource
+        resource_attributes = resource.attributes
         # Delete from the end, in place: no copies of the client's attributes, indexes stay valid.
         for index in range(len(resource_attributes) - 1, -1, -1):
             if resource_attributes[index].key in keys:
                 del resource_attributes[index]
-        for key, value in ours:
-            resource_attributes.add(key=key, value=AnyValue(string_value=value))
+        resource.MergeFromString(blob)
+
+
+def _length_delimited(field_tag: int, payload: bytes) -> bytes:
+    n = len(payload)
+    prefix = bytearray((field_tag,))
+    while n >= 0x80:
+        prefix.append((n & 0x7F) | 0x80)
+        n >>= 7
+    prefix.append(n)
+    return bytes(prefix) + payload
+
+
+def _key_value(key: str, value: str) -> bytes:
+    """One ``Resource.attributes`` entry (field 1): ``KeyValue{key = 1, value = 2: AnyValue{string_value = 1}}``."""
+    k = key.encode("utf-8")
+    v = value.encode("utf-8")
+    if len(k) + len(v) < 120:  # every length fits one varint byte: the common case, in one expression
+        any_len = len(v) + 2
+        return b"".join((bytes((0x0A, len(k) + any_len + 4, 0x0A, len(k))), k, bytes((0x12, any_len, 0x0A, len(v))), v))
+    return _length_delimited(0x0A, _length_delimited(0x0A, k) + _length_delimited(0x12, _length_delimited(0x0A, v)))
+
+
+def _attributes_blob(attributes: list[tuple[str, str]]) -> bytes:
+    """The attributes as ``Resource`` wire format, to append with one ``MergeFromString``."""
+    return b"".join([_key_value(key, value) for key, value in attributes])
 
 
 def metric_count(metrics_data: MetricsData) -> int:

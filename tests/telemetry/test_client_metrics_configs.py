@@ -1,10 +1,10 @@
 """Validation of client-metrics resources: Kafka's validator and ``ClientMetricsConfigsTest`` cases.
 
-From ``ControllerConfigurationValidatorTest`` (the client-metrics cases, the same in Kafka 3.9 and
-4.x) and ``ClientMetricsConfigsTest``. Where the versions differ quotaplane follows Kafka 4.x, and the
-case says so: duplicate and empty list entries are rejected, a match pattern is split at its first
-'=', and regexes are RE2, with "Client match pattern `k=v` is not a valid regular expression: ...".
-Messages are asserted where Kafka's tests assert them.
+From ``ControllerConfigurationValidatorTest`` (its client-metrics cases are the same in Kafka's
+October 2024 trunk and in 4.x) and ``ClientMetricsConfigsTest``. Where the versions differ quotaplane
+follows Kafka 4.x, and the case says so: duplicate and empty list entries are rejected, a match
+pattern is split at its first '=', and regexes are RE2, with "Client match pattern `k=v` is not a
+valid regular expression: ...". Messages are asserted where Kafka's tests assert them.
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ def test_parse_matching_patterns_empty() -> None:
 
 
 def test_matching_pattern_may_contain_equals_sign() -> None:
-    # Kafka 4.x (KAFKA-21041): only the first '=' separates the selector; 3.9 rejected this pattern.
+    # Kafka 4.x (KAFKA-21041): only the first '=' separates the selector; the 2024 code split at every '='
+    # and rejected it.
     info = parse_subscription("sub-1", {"match": "client_id=foo=bar"})
 
     assert info.match_patterns["client_id"].pattern == "foo=bar"
@@ -154,7 +155,8 @@ def test_matching_pattern_may_contain_equals_sign() -> None:
     ],
 )
 def test_invalid_regular_expression(regex: str, reason: str) -> None:
-    # Kafka 4.x: RE2 and this message. Kafka 3.9 said "Illegal client matching pattern: ..." instead.
+    # Kafka 4.x: RE2 and this message. The 2024 code (java.util.regex) said
+    # "Illegal client matching pattern: ..." instead.
     with pytest.raises(InvalidConfigurationError) as e:
         validate("subscription-1", {"match": f"client_id={regex}"})
     assert str(e.value) == f"Client match pattern `client_id={regex}` is not a valid regular expression: {reason}."
@@ -179,7 +181,7 @@ def test_a_comma_always_separates_patterns() -> None:
     ],
 )
 def test_duplicate_and_empty_list_entries(configs: dict, message: str) -> None:
-    # Kafka 4.x (ValidList.anyNonDuplicateValues); Kafka 3.9 accepted these lists.
+    # Kafka 4.x (ValidList.anyNonDuplicateValues); the October 2024 code accepted these lists.
     with pytest.raises(InvalidConfigurationError) as e:
         validate("subscription-1", configs)
     assert str(e.value) == message

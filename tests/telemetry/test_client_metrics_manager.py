@@ -1,6 +1,6 @@
 """Kafka's ``ClientMetricsManagerTest`` ported, plus export, cache, expiry and eviction cases.
 
-Ported from the Kafka 3.9 test (October 2024) unless a case says "Kafka 4.x". How the port differs:
+Ported from Kafka's trunk of October 2024 unless a case says "Kafka 4.x". How the port differs:
 
 - Time is ``now_ms``; Kafka's ``MockTime`` never moved between requests unless slept, so requests
   in a "concurrent" case arrive at one ``now_ms`` and run one after the other (the manager owns no
