@@ -18,7 +18,7 @@ Workload
     The payload is what librdkafka 2.16 sends for a producer: 10 metrics named
     ``org.apache.kafka.producer.*`` (gauges and delta sums; per-node and per-topic-partition data
     points), nearly empty resource attributes, zstd-compressed as one streaming frame without content
-    size (about 450 bytes).
+    size (about 430 bytes).
 
 Output: one JSON object on stdout. Run: ``.venv/bin/python bench/telemetry.py [--quick] [--instances N]``.
 """
@@ -86,17 +86,19 @@ def producer_payload(seed: int = 0) -> bytes:
     now_ns = (START_MS + seed) * 1_000_000
     for i, (name, kind) in enumerate(_PRODUCER_METRICS):
         metric = sm.metrics.add(name=name)
-        attrs = [_kv("node_id", "1")] if "node" in name else []
-        if "partition" in name:
-            attrs = [_kv("topic", "orders"), _kv("partition", str(seed % 12))]
-        if kind == "sum":
-            metric.sum.aggregation_temporality = m.AGGREGATION_TEMPORALITY_DELTA
-            metric.sum.is_monotonic = True
-            dp = metric.sum.data_points.add(as_int=7 + seed % 5, time_unix_nano=now_ns)
-        else:
-            dp = metric.gauge.data_points.add(as_double=1.5 * i + seed % 7, time_unix_nano=now_ns)
-        dp.start_time_unix_nano = now_ns - INTERVAL_MS * 1_000_000
-        dp.attributes.extend(attrs)
+        # per-partition and per-broker metrics carry one point per partition / broker (3 of each)
+        for p in range(3 if "partition" in name or "node" in name else 1):
+            if kind == "sum":
+                metric.sum.aggregation_temporality = m.AGGREGATION_TEMPORALITY_DELTA
+                metric.sum.is_monotonic = True
+                dp = metric.sum.data_points.add(as_int=7 + seed % 5, time_unix_nano=now_ns)
+            else:
+                dp = metric.gauge.data_points.add(as_double=1.5 * i + (seed * 7 + p) % 13 / 3, time_unix_nano=now_ns)
+            dp.start_time_unix_nano = now_ns - INTERVAL_MS * 1_000_000
+            if "partition" in name:
+                dp.attributes.extend([_kv("topic", "orders"), _kv("partition", str((seed + p) % 12))])
+            elif "node" in name:
+                dp.attributes.append(_kv("node_id", str(p + 1)))
     return data.SerializeToString()
 
 
