@@ -43,6 +43,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from ..archive import DEFAULT_MAX_SEGMENT_BYTES, ArchiveRecord, ArchiveWriter
+from ._log_limit import LogLimiter
 
 if TYPE_CHECKING:  # annotations only: the exporter does not pull in the telemetry engine
     from ..telemetry._exporter import ClientTelemetryContext, ClientTelemetryPayload
@@ -143,7 +144,6 @@ class TelemetryArchiveExporter:
         self._flush_max_records = flush_max_records
         self._flush_max_s = flush_max_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
-        self._error_log_interval_s = error_log_interval_ms / 1000
 
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # wakes the thread: new push, flush request, close
@@ -159,8 +159,7 @@ class TelemetryArchiveExporter:
         self._flushes = 0
         self._bytes_written = 0
         self._errors = 0
-        self._last_error_log = -float("inf")
-        self._suppressed_errors = 0
+        self._error_log = LogLimiter(_log, error_log_interval_ms / 1000)
 
         self._thread = threading.Thread(target=self._run, name="quotaplane-telemetry-archive", daemon=True)
         self._thread.start()
@@ -376,13 +375,7 @@ class TelemetryArchiveExporter:
         """Count an error (lock held). The number of errors not logged since the last log if this one is
         to be logged, None if one was logged less than ``error_log_interval_ms`` ago."""
         self._errors += 1
-        now = time.monotonic()
-        if now - self._last_error_log < self._error_log_interval_s:
-            self._suppressed_errors += 1
-            return None
-        suppressed, self._suppressed_errors = self._suppressed_errors, 0
-        self._last_error_log = now
-        return suppressed
+        return self._error_log.allow("error")
 
     @staticmethod
     def _log_error(message: str, exc: BaseException, suppressed: int | None) -> None:

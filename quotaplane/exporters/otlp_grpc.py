@@ -17,9 +17,7 @@ attaches a ``google.rpc.RetryInfo`` ("recovery is possible"); every other code d
 A ``RetryInfo`` delay is a floor for the next wait (both capped at ``max_backoff_ms``). A partial
 success is never retried: its ``rejected_data_points`` are counted.
 
-Reading ``RetryInfo`` needs ``google.rpc`` (googleapis-common-protos, present through ray's
-google-api-core but not a direct dependency). Without it RESOURCE_EXHAUSTED is not retried and server
-hints are ignored; everything else works the same.
+``RetryInfo`` is read with ``google.rpc`` from googleapis-common-protos, a direct dependency.
 
 **Counters** are plain ints for a stats layer to read: ``enqueued``, ``dropped`` (queue full, or pushed
 after ``close``), ``sent_batches``, ``sent_pushes``, ``failed_batches``, ``failed_pushes`` (enqueued but
@@ -37,21 +35,18 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
 
-try:  # optional: only to read RetryInfo (see the module docstring)
-    from google.rpc import error_details_pb2, status_pb2
-except ImportError:  # pragma: no cover - depends on the environment
-    error_details_pb2 = status_pb2 = None
+from ._log_limit import LogLimiter
 
 if TYPE_CHECKING:
     from ..telemetry._exporter import ClientTelemetryContext, ClientTelemetryPayload
@@ -194,8 +189,6 @@ def _describe(error: grpc.RpcError) -> tuple[grpc.StatusCode, str, float | None]
 
 def _retry_info_ms(error: grpc.Call) -> float | None:
     """The RetryInfo delay in ms from the ``grpc-status-details-bin`` trailer (a google.rpc.Status)."""
-    if status_pb2 is None:
-        return None
     for key, value in error.trailing_metadata() or ():
         if key != _STATUS_DETAILS_KEY:
             continue
@@ -209,32 +202,6 @@ def _retry_info_ms(error: grpc.Call) -> float | None:
                 detail.Unpack(info)
                 return info.retry_delay.seconds * 1000 + info.retry_delay.nanos / 1e6
     return None
-
-
-class _LogLimiter:
-    """Lets one line per key through every ``interval_s``; the next line says how many were held back.
-
-    Used on the sender thread only, so it needs no lock. A collector that is down for an hour costs
-    120 log lines at the default interval, not one per batch.
-    """
-
-    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._interval_s = interval_s
-        self._clock = clock
-        self._next_s: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warning(self, key: str, message: str, *args: object, exc_info: bool = False) -> None:
-        now = self._clock()
-        if now < self._next_s.get(key, -math.inf):
-            self._held[key] = self._held.get(key, 0) + 1
-            return
-        self._next_s[key] = now + self._interval_s
-        held = self._held.pop(key, 0)
-        if held:
-            message += " (%d similar messages held back)"
-            args = (*args, held)
-        _log.warning(message, *args, exc_info=exc_info)
 
 
 class OtlpGrpcForwarder:
@@ -268,7 +235,7 @@ class OtlpGrpcForwarder:
         self._closed = False
         self._stop = threading.Event()
         self._dropped_logged = 0
-        self._log = _LogLimiter(config.log_interval_ms / 1000)
+        self._log = LogLimiter(_log, config.log_interval_ms / 1000)
         self._random = random.Random()
 
         self._channel = _open_channel(config)

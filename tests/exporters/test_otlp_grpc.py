@@ -298,9 +298,8 @@ def test_invalid_argument_drops_the_batch_at_once_and_logs_once(collector, forwa
 
 @pytest.mark.parametrize("with_retry_info", [True, False])
 def test_resource_exhausted_is_retried_only_with_retry_info(collector, forwarders, with_retry_info: bool) -> None:
-    status_pb2 = pytest.importorskip("google.rpc.status_pb2")
-    error_details_pb2 = pytest.importorskip("google.rpc.error_details_pb2")
     from google.protobuf.duration_pb2 import Duration
+    from google.rpc import error_details_pb2, status_pb2
 
     def answer(index: int, request: ExportMetricsServiceRequest, context: grpc.ServicerContext):
         if index == 0:
@@ -404,7 +403,6 @@ def test_close_cancels_a_call_stuck_in_flight(collector, forwarders) -> None:
 
 def _self_signed_certificate() -> tuple[bytes, bytes]:
     """A key and certificate for 127.0.0.1 (EC, so generating it is instant)."""
-    pytest.importorskip("cryptography")
     import datetime
     import ipaddress
 
