@@ -48,6 +48,7 @@ __all__ = [
     "METRICS_CONFIG",
     "MIN_INTERVAL_MS",
     "SubscriptionInfo",
+    "matches",
     "parse_list",
     "parse_subscription",
     "validate",
@@ -152,6 +153,14 @@ def validate(name: str | None, configs: Mapping[str, str], old_configs: Mapping[
     ``old_configs`` are the resource's current configs: ``match`` is compiled only when it changed,
     as Kafka does so a pattern accepted long ago never blocks an unrelated change.
     """
+    _checked(name, configs, old_configs, compile_match=False)
+
+
+def _checked(
+    name: str | None, configs: Mapping[str, str], old_configs: Mapping[str, str] | None, *, compile_match: bool
+) -> tuple[list[str], int | None, list[str], dict[str, re2._Regexp]]:
+    """Validate in Kafka's order and return what was parsed: metrics, interval (None if unset), match
+    patterns and, if ``compile_match`` (or ``match`` changed), the compiled selectors."""
     if not name:
         raise InvalidRequestError("Subscription name can't be empty")
     for key in configs:
@@ -160,18 +169,31 @@ def validate(name: str | None, configs: Mapping[str, str], old_configs: Mapping[
     for key, value in configs.items():
         if not isinstance(value, str):
             raise InvalidConfigurationError(f"Invalid value {value!r} for configuration {key}: expected a string")
-    if METRICS_CONFIG in configs:
-        _validate_list(METRICS_CONFIG, parse_list(configs[METRICS_CONFIG]))
+    metrics = parse_list(configs.get(METRICS_CONFIG, ""))
+    _validate_list(METRICS_CONFIG, metrics)
     interval = _parse_int(INTERVAL_MS_CONFIG, configs[INTERVAL_MS_CONFIG]) if INTERVAL_MS_CONFIG in configs else None
-    patterns = parse_list(configs[MATCH_CONFIG]) if MATCH_CONFIG in configs else []
+    patterns = parse_list(configs.get(MATCH_CONFIG, ""))
     _validate_list(MATCH_CONFIG, patterns)
     if interval is not None and not MIN_INTERVAL_MS <= interval <= MAX_INTERVAL_MS:
         raise InvalidRequestError(
             f"Invalid value {interval} for {INTERVAL_MS_CONFIG}, interval must be between 100 and 3600000 (1 hour)"
         )
-    if MATCH_CONFIG in configs and configs.get(MATCH_CONFIG) != (old_configs or {}).get(MATCH_CONFIG):
+    compiled: dict[str, re2._Regexp] = {}
+    if compile_match or configs.get(MATCH_CONFIG) != (old_configs or {}).get(MATCH_CONFIG):
         for pattern in patterns:
-            _compile(*_split_match_pattern(pattern))
+            param, regex = _split_match_pattern(pattern)
+            compiled[param] = _compile(param, regex)  # a repeated selector: the last wins, as Kafka's HashMap.put
+    return metrics, interval, patterns, compiled
+
+
+def matches(patterns: Mapping[str, re2._Regexp], attributes: Mapping[str, str | None]) -> bool:
+    """Kafka's ``isMatch``: every selector matches its whole attribute; a missing attribute never
+    matches; no selectors match every client."""
+    for param, regex in patterns.items():
+        value = attributes.get(param)
+        if value is None or regex.fullmatch(value) is None:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,30 +218,16 @@ class SubscriptionInfo:
         return ALL_SUBSCRIBED_METRICS in self.metrics
 
     def is_match(self, attributes: Mapping[str, str | None]) -> bool:
-        """Every selector must match its whole attribute; a missing attribute never matches; no selectors match all."""
-        for param, regex in self.match_patterns.items():
-            value = attributes.get(param)
-            if value is None or regex.fullmatch(value) is None:
-                return False
-        return True
+        return matches(self.match_patterns, attributes)
 
 
 def parse_subscription(
     name: str, configs: Mapping[str, str], old_configs: Mapping[str, str] | None = None, *, java_version: int = 17
 ) -> SubscriptionInfo:
     """Validate ``configs`` (the resource's full set after the change) and build its SubscriptionInfo."""
-    validate(name, configs, old_configs)
-    metrics = tuple(parse_list(configs.get(METRICS_CONFIG, "")))
-    interval_ms = (
-        _parse_int(INTERVAL_MS_CONFIG, configs[INTERVAL_MS_CONFIG])
-        if INTERVAL_MS_CONFIG in configs
-        else INTERVAL_MS_DEFAULT
-    )
-    match = tuple(parse_list(configs.get(MATCH_CONFIG, "")))
-    patterns: dict[str, re2._Regexp] = {}
-    for pattern in match:
-        param, regex = _split_match_pattern(pattern)
-        patterns[param] = _compile(param, regex)  # a repeated selector: the last one wins, as Kafka's HashMap.put
+    metrics_list, interval, match_list, patterns = _checked(name, configs, old_configs, compile_match=True)
+    metrics, match = tuple(metrics_list), tuple(match_list)
+    interval_ms = INTERVAL_MS_DEFAULT if interval is None else interval
     java_order, exact = java_hash_set_order_exact(metrics, java_hash_set_copy_capacity(len(metrics), java_version))
     return SubscriptionInfo(
         name=name,

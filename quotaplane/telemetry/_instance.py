@@ -11,8 +11,10 @@ a memory budget (a million instances take well under 1 GiB), expiry is a sweep t
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+
+import re2
 
 from ..errors import Errors
 from ..kafka_uuid import Uuid
@@ -23,6 +25,7 @@ from ._configs import (
     CLIENT_SOFTWARE_VERSION,
     CLIENT_SOURCE_ADDRESS,
     CLIENT_SOURCE_PORT,
+    matches,
 )
 from ._exporter import RequestContext
 from ._subscription import ResolvedSubscription
@@ -128,13 +131,9 @@ class ClientMetricsInstanceMetadata:
         """Every matchable attribute, as Kafka's attributesMap."""
         return {key: self.get(key) for key in (CLIENT_INSTANCE_ID, *_SELECTOR_SLOTS)}
 
-    def is_match(self, patterns: dict) -> bool:
-        """True when every (selector -> compiled regex) matches its whole attribute; no patterns match all."""
-        for key, regex in patterns.items():
-            value = self.get(key)
-            if value is None or regex.fullmatch(value) is None:
-                return False
-        return True
+    def is_match(self, patterns: Mapping[str, re2._Regexp]) -> bool:
+        """Kafka's ``isMatch`` over this client's attributes (see ``_configs.matches``)."""
+        return matches(patterns, self)
 
 
 _SELECTOR_SLOTS = (CLIENT_ID, CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, CLIENT_SOURCE_ADDRESS, CLIENT_SOURCE_PORT)

@@ -39,7 +39,7 @@ from ..errors import (
 from ..kafka_uuid import RESERVED, Uuid, random_uuid
 from ..metrics import Metrics
 from ._codecs import SUPPORTED_COMPRESSION_TYPES, decompress, is_supported_compression_type
-from ._configs import parse_subscription
+from ._configs import parse_subscription, validate
 from ._exporter import (
     OTLP_CONTENT_TYPE,
     ClientTelemetryContext,
@@ -119,7 +119,6 @@ class ClientMetricsManager:
         self.stats = ClientMetricsStats(self.metrics, lambda: len(self.instances), now_ms)
         self._hi_res_clock_ms = hi_res_clock_ms
         self._new_client_instance_id = new_client_instance_id
-        self._resource_configs: dict[str, dict[str, str]] = {}
 
     # --- subscriptions (client-metrics config resources) --------------------------------------------
     def update_subscription(self, name: str, configs: Mapping[str, str]) -> None:
@@ -129,17 +128,14 @@ class ClientMetricsManager:
         InvalidRequestError / InvalidConfigurationError and change nothing.
         """
         if not configs:
-            parse_subscription(name, configs)  # the name is still validated
+            validate(name, configs)  # the name is still validated
             self.delete_subscription(name)
             return
-        info = parse_subscription(
-            name, configs, self._resource_configs.get(name), java_version=self.config.java_version
-        )
-        self.subscriptions.put(info)
-        self._resource_configs[name] = dict(configs)
+        current = self.subscriptions.get(name)
+        old_configs = None if current is None else current.configs
+        self.subscriptions.put(parse_subscription(name, configs, old_configs, java_version=self.config.java_version))
 
     def delete_subscription(self, name: str) -> bool:
-        self._resource_configs.pop(name, None)
         return self.subscriptions.remove(name)
 
     def list_client_metrics_resources(self) -> list[str]:
@@ -147,8 +143,8 @@ class ClientMetricsManager:
 
     def describe_client_metrics_resource(self, name: str) -> dict[str, str] | None:
         """The configs as set (strings), or None for an unknown resource."""
-        configs = self._resource_configs.get(name)
-        return None if configs is None else dict(configs)
+        info = self.subscriptions.get(name)
+        return None if info is None else dict(info.configs)
 
     # --- requests --------------------------------------------------------------------------------
     def process_get_telemetry_subscriptions_request(
