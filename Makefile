@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml
+# Reinstall when the packaging or a .proto changes: setup.py regenerates quotaplane.v1 from protos/.
+$(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -25,6 +26,9 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/core_quota.py
+	$(BIN)/python bench/producer_ids.py
+	$(BIN)/python bench/telemetry.py
+	$(BIN)/python bench/eventlog.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -26,6 +26,7 @@ __all__ = [
     "ThrottlingQuotaExceededError",
     "UnknownSubscriptionIdError",
     "UnsupportedCompressionTypeError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -60,6 +61,12 @@ class ApiError(Exception):
 
 class ClusterAuthorizationFailedError(ApiError):
     error = Errors.CLUSTER_AUTHORIZATION_FAILED
+
+
+class UnsupportedVersionError(ApiError):
+    """UNSUPPORTED_VERSION (35): also what Kafka answers for a describe filter on an unknown entity type."""
+
+    error = Errors.UNSUPPORTED_VERSION
 
 
 class InvalidConfigurationError(ApiError):

@@ -1,0 +1,452 @@
+"""Benchmark of the config event log (``quotaplane.config.EventLog``) and snapshot files, beside the raw disk.
+
+What it measures, in one run on one temporary directory (``--dir``, default the system's temp dir):
+
+``disk``
+    The raw speed of that file system, for scale: sequential write of 256 MiB in 1 MiB chunks then
+    fsync (MB/s, 10^6 bytes), sequential read of the same file after evicting it from the page cache
+    (``posix_fadvise(POSIX_FADV_DONTNEED)`` after the fsync; a hypervisor's cache may still serve it),
+    and the latency of appending 4 KiB then ``fdatasync`` (p50 / p99, ms): the floor of a durable append.
+``appends``
+    ``EventLog.append`` of one event (a client-quota change with principal and request id) with
+    fsync, from 1 thread and from 16 threads: appends/s, the frames (fsyncs) written, and each
+    append's latency. With 16 threads group commit shares frames: appends per frame says how much.
+``read``
+    ``--events`` events (default 1,000,000) appended with ``fsync=False`` in batches of 1000 (one
+    frame each), then a fresh ``EventLog.open`` (the recovery scan of a clean log: every CRC) and
+    ``read_batches`` over all of it: events/s decoded (one zstd decompress and one ``EventColumns``
+    parse per frame), best of 3: the baseline of the replay. ``read()`` (one ``Event`` per event) for
+    comparison.
+``snapshot``
+    The same events as (offset, event) entries written to one snapshot file, then read back:
+    ``read_snapshot_batches`` (verify and decode) and ``read_snapshot`` iterated to the last entry.
+``replay``
+    The image replay (``ConfigImage.replay_columns``) of the ``read`` log: events/s, beside the
+    ``read_batches`` baseline of the same run. Then the image's own snapshot (one entry per live key:
+    15,000 entities here) and ``ConfigStore.open`` of the log with and without it (newest snapshot
+    plus the tail versus every event), and the images compared.
+``recovery``
+    A child process appends with group commit (4 threads, fsync) to the ``read`` log and is killed
+    with SIGKILL; the time of the next ``EventLog.open`` (scan and verify everything, cut a torn tail
+    if the kill left one), with the page cache warm and after evicting the segments from it.
+
+Output: one JSON object on stdout. Run: ``.venv/bin/python bench/eventlog.py [--events N] [--quick]
+[--dir PATH]``. ``--quick`` uses small sizes (a smoke run; its figures mean little).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _machine import machine
+from quotaplane.v1 import config_events_pb2 as pb
+
+from quotaplane.config import ConfigImage, ConfigStore
+from quotaplane.config._log import EventLog
+from quotaplane.config._snapshot_file import read_snapshot, read_snapshot_batches, write_snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+T0 = 1_700_000_000_000
+MB = 1_000_000
+MIB = 1024 * 1024
+
+
+@dataclass
+class Bench:
+    """What the figures share: sizes, the scratch directory, and the artefacts earlier figures built.
+
+    ``log_dir`` holds ``events`` events once ``read`` ran, ``snapshot_path`` a snapshot of them once
+    ``snapshot`` ran: later figures (the image replay, see ``FIGURES``) replay those.
+    """
+
+    root: Path
+    quick: bool
+    events: int
+    log_dir: Path | None = None
+    snapshot_path: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def client_quota_event(i: int) -> pb.Event:
+    """A realistic change: a user/client-id produce quota set by an admin, with a request id."""
+    return pb.Event(
+        commit_time_ms=T0 + i,
+        principal=f"User:admin-{i % 7}",
+        request_id=str(uuid.UUID(bytes=hashlib.blake2b(i.to_bytes(8, "big"), digest_size=16).digest())),
+        client_quota=pb.ClientQuotaRecord(
+            entity=[
+                pb.EntityData(entity_type="user", entity_name=f"tenant-{i % 5000}"),
+                pb.EntityData(entity_type="client-id", entity_name=f"producer-{i % 300}"),
+            ],
+            key="producer_byte_rate",
+            value=1_048_576.0 * (1 + i % 10),
+        ),
+    )
+
+
+def percentiles_ms(samples_s: list[float]) -> dict[str, float]:
+    samples = sorted(samples_s)
+    return {
+        "p50_ms": round(samples[len(samples) // 2] * 1000, 3),
+        "p99_ms": round(samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1000, 3),
+    }
+
+
+# --- figures -------------------------------------------------------------------------------------------
+def disk(b: Bench) -> dict:
+    size = (16 if b.quick else 256) * MIB
+    path = b.root / "raw-disk.bin"
+    chunk = os.urandom(MIB)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        t = time.perf_counter()
+        for _ in range(size // MIB):
+            os.write(fd, chunk)
+        os.fsync(fd)
+        write_s = time.perf_counter() - t
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        t = time.perf_counter()
+        while os.read(fd, MIB):
+            pass
+        read_s = time.perf_counter() - t
+    finally:
+        os.close(fd)
+    path.unlink()
+
+    n = 50 if b.quick else 500
+    block = os.urandom(4096)
+    latencies = []
+    fd = os.open(b.root / "fsync.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for _ in range(n):
+            t = time.perf_counter()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        (b.root / "fsync.bin").unlink()
+    return {
+        "write_bytes": size,
+        "sequential_write_mb_per_s": round(size / write_s / MB, 1),
+        "sequential_read_mb_per_s": round(size / read_s / MB, 1),
+        "append_4k_fdatasync": {"samples": n, **percentiles_ms(latencies)},
+    }
+
+
+def _appends(b: Bench, threads: int, per_thread: int) -> dict:
+    directory = b.root / f"appends-{threads}"
+    events = [[client_quota_event(t * per_thread + j) for j in range(per_thread)] for t in range(threads)]
+    latencies: list[float] = []
+    barrier = threading.Barrier(threads + 1)
+    with EventLog.open(directory) as log:
+
+        def worker(mine: list[pb.Event]) -> None:
+            own = []
+            barrier.wait()
+            for e in mine:
+                t = time.perf_counter()
+                log.append([e])
+                own.append(time.perf_counter() - t)
+            latencies.extend(own)
+
+        workers = [threading.Thread(target=worker, args=(events[t],)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - t0
+        frames = sum(len(s.bases) for s in log._segments)
+    shutil.rmtree(directory)
+    total = threads * per_thread
+    return {
+        "threads": threads,
+        "appends": total,
+        "appends_per_s": round(total / elapsed),
+        "frames_fsynced": frames,
+        "appends_per_frame": round(total / frames, 2),
+        "latency": percentiles_ms(latencies),
+    }
+
+
+def appends(b: Bench) -> dict:
+    return {
+        "events_per_append": 1,
+        "fsync": True,
+        "one_thread": _appends(b, 1, 100 if b.quick else 2000),
+        "sixteen_threads": _appends(b, 16, 20 if b.quick else 500),
+    }
+
+
+def read(b: Bench) -> dict:
+    directory = b.root / "log"
+    batch = 1000
+    t = time.perf_counter()
+    with EventLog.open(directory, fsync=False) as log:
+        for start in range(0, b.events, batch):
+            log.append([client_quota_event(i) for i in range(start, min(start + batch, b.events))])
+    build_s = time.perf_counter() - t
+    b.log_dir = directory
+    size = sum(p.stat().st_size for p in directory.glob("*.log"))
+    t = time.perf_counter()
+    log = EventLog.open(directory)
+    open_s = time.perf_counter() - t
+    try:
+        best = float("inf")
+        for _ in range(3):
+            gc.collect()
+            t = time.perf_counter()
+            n = 0
+            for _base, events in log.read_batches():
+                n += len(events.kind)
+            best = min(best, time.perf_counter() - t)
+            assert n == b.events
+        t = time.perf_counter()
+        m = sum(1 for _ in log.read())
+        per_event_s = time.perf_counter() - t
+        assert m == b.events
+        segments = len(log.segments())
+    finally:
+        log.close()
+    return {
+        "events": b.events,
+        "events_per_frame": batch,
+        "segments": segments,
+        "bytes_on_disk": size,
+        "bytes_per_event": round(size / b.events, 1),
+        "write_fsync_false_events_per_s": round(b.events / build_s),
+        "open_scan_s": round(open_s, 4),
+        "read_batches_events_per_s": round(b.events / best),
+        "read_events_per_s": round(b.events / per_event_s),
+    }
+
+
+def snapshot(b: Bench) -> dict:
+    assert b.log_dir is not None
+    directory = b.root / "snapshots"
+    directory.mkdir()
+    with EventLog.open(b.log_dir, read_only=True) as log:
+        entries = log.read()  # every event as an entry: a snapshot file as large as the log
+        header = pb.SnapshotHeader(end_offset=log.end_offset, last_commit_time_ms=T0 + b.events - 1)
+        t = time.perf_counter()
+        path = write_snapshot(directory, header, entries)
+        write_s = time.perf_counter() - t
+    b.snapshot_path = path
+    gc.collect()
+    t = time.perf_counter()
+    head, batches = read_snapshot_batches(path)
+    batches_s = time.perf_counter() - t
+    del batches
+    gc.collect()
+    t = time.perf_counter()
+    head, entries_iter = read_snapshot(path)
+    n = sum(1 for _ in entries_iter)
+    iterate_s = time.perf_counter() - t
+    assert n == head.entry_count == b.events
+    return {
+        "entries": n,
+        "bytes": path.stat().st_size,
+        "write_s_including_log_read": round(write_s, 3),
+        "read_snapshot_batches_s": round(batches_s, 3),
+        "read_snapshot_iterated_s": round(iterate_s, 3),
+        "read_snapshot_entries_per_s": round(n / iterate_s),
+    }
+
+
+def replay(b: Bench) -> dict:
+    assert b.log_dir is not None
+    with EventLog.open(b.log_dir, read_only=True) as log:
+        best = float("inf")
+        image = ConfigImage()
+        for _ in range(3):
+            gc.collect()
+            t = time.perf_counter()
+            image = ConfigImage()
+            for base, columns in log.read_batches():
+                image.replay_columns(base, columns)
+            best = min(best, time.perf_counter() - t)
+        assert image.end_offset == b.events
+        gc.collect()
+        t = time.perf_counter()
+        n = sum(len(columns.kind) for _, columns in log.read_batches())
+        decode_s = time.perf_counter() - t
+        assert n == b.events
+    directory = b.root / "replay"
+    shutil.copytree(b.log_dir, directory, ignore=shutil.ignore_patterns(".lock", "*.torn-*"))
+    t = time.perf_counter()
+    with ConfigStore.open(directory) as store:
+        full_open_s = time.perf_counter() - t
+        assert store.image == image
+        t = time.perf_counter()
+        path = store.write_snapshot()
+        snapshot_write_s = time.perf_counter() - t
+    t = time.perf_counter()
+    with ConfigStore.open(directory) as store:
+        snapshot_open_s = time.perf_counter() - t
+        identical = store.image == image
+    return {
+        "events": b.events,
+        "live_config_keys": len(image),
+        "read_batches_baseline_events_per_s": round(b.events / decode_s),
+        "replay_events_per_s": round(b.events / best),
+        "store_open_full_replay_s": round(full_open_s, 3),
+        "snapshot_write_s": round(snapshot_write_s, 3),
+        "snapshot_bytes": path.stat().st_size,
+        "store_open_from_snapshot_s": round(snapshot_open_s, 4),
+        "events_covered_per_s_from_snapshot": round(b.events / snapshot_open_s),
+        "image_from_snapshot_identical": identical,
+    }
+
+
+RECOVERY_CHILD = textwrap.dedent(
+    """
+    import sys, threading, uuid
+    from quotaplane.config._log import EventLog
+    from quotaplane.v1 import config_events_pb2 as pb
+
+    log = EventLog.open(sys.argv[1])
+    base = log.end_offset
+
+    def worker(t):
+        i = 0
+        while True:
+            n = base + t * 10**9 + i
+            log.append([pb.Event(commit_time_ms=n, principal="User:admin", request_id=str(uuid.UUID(int=n)),
+                                 client_quota=pb.ClientQuotaRecord(
+                                     entity=[pb.EntityData(entity_type="user", entity_name=f"tenant-{i}")],
+                                     key="producer_byte_rate", value=1e6))])
+            i += 1
+
+    for t in range(4):
+        threading.Thread(target=worker, args=(t,), daemon=True).start()
+    print("ready", flush=True)
+    threading.Event().wait()
+    """
+)
+
+
+def recovery(b: Bench) -> dict:
+    assert b.log_dir is not None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    child = subprocess.Popen(
+        [sys.executable, "-c", RECOVERY_CHILD, str(b.log_dir)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        time.sleep(0.3 if b.quick else 1.0)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        child.kill()
+        child.communicate(timeout=30)
+    torn_before = len(list(b.log_dir.glob("*.torn-*")))
+    t = time.perf_counter()
+    with EventLog.open(b.log_dir) as log:
+        warm_s = time.perf_counter() - t
+        end = log.end_offset
+        frames = sum(len(s.bases) for s in log._segments)
+        paths = log.segments()
+    for p in paths:  # clean pages (everything was fsynced), so they can be dropped
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    t = time.perf_counter()
+    with EventLog.open(b.log_dir):
+        cold_s = time.perf_counter() - t
+    return {
+        "events_after_kill": end,
+        "appended_by_child_before_kill": end - b.events,
+        "frames": frames,
+        "segments": len(paths),
+        "bytes": sum(p.stat().st_size for p in paths),
+        "torn_tail_cut": len(list(b.log_dir.glob("*.torn-*"))) > torn_before,
+        "open_after_sigkill_s": round(warm_s, 4),
+        "open_cold_cache_s": round(cold_s, 4),
+    }
+
+
+#: The figures, in order; each takes the Bench and returns its part of "results".
+FIGURES: list[tuple[str, Callable[[Bench], dict]]] = [
+    ("disk", disk),
+    ("appends", appends),
+    ("read", read),
+    ("snapshot", snapshot),
+    ("replay", replay),
+    ("recovery", recovery),
+]
+
+
+def filesystem(path: Path) -> dict:
+    """The file system type and mount point holding ``path`` (from /proc/self/mounts; no device names)."""
+    real = os.path.realpath(path)
+    best = ("", "unknown")
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                mount, fstype = parts[1].replace("\\040", " "), parts[2]
+                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best[0]):
+                    best = (mount, fstype)
+    except OSError:
+        pass
+    return {"type": best[1], "mount_point": best[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=None, help="events to write and read (default 1000000)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--dir", default=None, help="where to create the scratch directory (default: temp dir)")
+    args = parser.parse_args()
+    events = args.events or (20_000 if args.quick else 1_000_000)
+    root = Path(tempfile.mkdtemp(prefix="eventlog-bench-", dir=args.dir))
+    try:
+        b = Bench(root=root, quick=args.quick, events=events)
+        results = {name: figure(b) for name, figure in FIGURES}
+        report = {
+            "benchmark": "eventlog",
+            "workload": {
+                "event": "client-quota change (user + client-id entity, producer_byte_rate) with principal and "
+                "request id",
+                "event_bytes_serialized": len(client_quota_event(123_456).SerializeToString()),
+                "events": events,
+                "quick": args.quick,
+            },
+            "results": results,
+            "machine": {**machine(), "filesystem": filesystem(root)},
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

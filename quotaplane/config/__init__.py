@@ -1,0 +1,110 @@
+"""Event-sourced config: records, validation, the durable log, snapshots, the ConfigImage, admin operations.
+
+Every config change of quotaplane (client quotas, KIP-714 client-metrics resources, dynamic broker and
+topic configs) is a protobuf ``Event`` (``quotaplane.v1.config_events_pb2``) appended to a durable
+:class:`EventLog` and replayed into a :class:`ConfigImage`. :class:`ConfigStore` is the log's single
+writer: it validates a change as Kafka's controller does, appends it (fsynced), applies it, and answers.
+:class:`ManagerBinding` applies each delta to the live quota / connection / producer-id / telemetry
+managers in place, so a config change never resets usage.
+
+>>> import tempfile
+>>> from quotaplane.config import ConfigStore, ClientQuotaAlteration, ClientQuotaFilterComponent
+>>> with tempfile.TemporaryDirectory() as d, ConfigStore.open(d) as store:
+...     results = store.alter_client_quotas(
+...         [ClientQuotaAlteration({"user": "alice"}, [("producer_byte_rate", 1048576.0)])], now_ms=1_700_000_000_000
+...     )
+...     print(results[0].ok, store.describe_client_quotas([ClientQuotaFilterComponent.of_entity("user", "alice")]))
+True [({'user': 'alice'}, {'producer_byte_rate': 1048576.0})]
+"""
+
+from ..v1 import config_events_pb2 as records
+from ._admin import (
+    AlterConfigOp,
+    ClientQuotaAlteration,
+    ClientQuotaFilterComponent,
+    ConfigEntry,
+    ConfigResource,
+    MatchType,
+    OpType,
+    Plan,
+    Result,
+    describe_client_quotas,
+    describe_configs,
+    plan_alter_client_quotas,
+    plan_incremental_alter_configs,
+)
+from ._binding import ManagerBinding, StartupConfigs, changes_between, effective_broker_config, startup_configs
+from ._client_quotas import (
+    CLIENT_ID,
+    CLIENT_QUOTA_KEYS,
+    IP,
+    USER,
+    EntityKey,
+    entity_key,
+    entity_map,
+    is_valid_ip_entity,
+    validate_entity,
+    validate_quota_key_value,
+)
+from ._dynamic_configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigResourceType, ConfigType
+from ._image import (
+    ClientMetricsChange,
+    ClientQuotaChange,
+    ConfigChange,
+    ConfigDelta,
+    ConfigImage,
+    CorruptEventError,
+    OffsetGapError,
+    Provenance,
+)
+from ._log import EventLog
+from ._store import ANONYMOUS, ConfigStore, HistoryCompactedError, HistoryEntry
+
+__all__ = [
+    "ANONYMOUS",
+    "BROKER_CONFIGS",
+    "CLIENT_ID",
+    "CLIENT_QUOTA_KEYS",
+    "IP",
+    "TOPIC_CONFIGS",
+    "USER",
+    "AlterConfigOp",
+    "ClientMetricsChange",
+    "ClientQuotaAlteration",
+    "ClientQuotaChange",
+    "ClientQuotaFilterComponent",
+    "ConfigChange",
+    "ConfigDelta",
+    "ConfigEntry",
+    "ConfigImage",
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConfigStore",
+    "ConfigType",
+    "CorruptEventError",
+    "EntityKey",
+    "EventLog",
+    "HistoryCompactedError",
+    "HistoryEntry",
+    "ManagerBinding",
+    "MatchType",
+    "OffsetGapError",
+    "OpType",
+    "Plan",
+    "Provenance",
+    "Result",
+    "StartupConfigs",
+    "changes_between",
+    "describe_client_quotas",
+    "describe_configs",
+    "effective_broker_config",
+    "entity_key",
+    "entity_map",
+    "is_valid_ip_entity",
+    "plan_alter_client_quotas",
+    "plan_incremental_alter_configs",
+    "records",
+    "startup_configs",
+    "validate_entity",
+    "validate_quota_key_value",
+]

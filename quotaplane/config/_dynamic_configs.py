@@ -1,0 +1,292 @@
+"""The dynamic configs quotaplane keeps in its log: their names, types, ranges and when they apply.
+
+Kafka splits these between dynamic broker configs (``max.connections``, replication throttled rates ...),
+topic configs (``*.replication.throttled.replicas``) and static broker configs (quota windows,
+``telemetry.max.bytes``). quotaplane keeps all of them in the one event log so the fleet agrees on them:
+
+- a ``BROKER`` resource is named ``""`` (the cluster-wide default) or a node id (that node's override),
+  as in Kafka; the value a node uses is its own, else the cluster default, else Kafka's default;
+- a ``TOPIC`` resource holds a topic's throttled-replica lists;
+- keys Kafka reads only at start-up (``dynamic=False`` here) are accepted and logged, and take effect
+  when a shard (re)builds its managers: the image tells which changes wait for that.
+
+Values are validated as Kafka's ``ConfigDef`` parses them (trimmed; ``Not a number of type INT``;
+``Value must be at least 0``), and rejected with INVALID_CONFIG naming the config. Kafka's controller
+leaves broker values to the brokers; quotaplane has no broker to reject a bad value later, so it checks
+them at the controller (a documented difference).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final
+
+from ..errors import InvalidConfigurationError, InvalidRequestError
+from ..quota._connection import parse_max_connections_per_ip_overrides
+from ..quota._replication import parse_throttled_replicas
+
+__all__ = [
+    "BROKER_CONFIGS",
+    "LISTENER_CONFIG_PREFIX",
+    "TOPIC_CONFIGS",
+    "ConfigKeySpec",
+    "ConfigResourceType",
+    "ConfigType",
+    "broker_config_spec",
+    "parse_config_value",
+    "validate_broker_name",
+    "validate_config_value",
+    "validate_topic_name",
+]
+
+
+class ConfigResourceType(IntEnum):
+    """Kafka's ``ConfigResource.Type`` ids (the ones quotaplane serves)."""
+
+    TOPIC = 2
+    BROKER = 4
+    CLIENT_METRICS = 16
+
+
+class ConfigType(IntEnum):
+    """``ConfigDef.Type`` (ids as DescribeConfigs v3+ reports them)."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKeySpec:
+    name: str
+    type: ConfigType
+    default: str | None
+    minimum: float | None = None
+    dynamic: bool = True
+    #: an extra check of the parsed value; raises ValueError with Kafka's message
+    check: Callable[[str], object] | None = None
+    doc: str = ""
+
+
+_INT_MAX: Final = 2**31 - 1
+_LONG_MAX: Final = 2**63 - 1
+_JAVA_TRIM = "".join(chr(c) for c in range(0x21))  # String.trim(): every char <= U+0020
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Java's Double.parseDouble: decimal (optional exponent, optional f/d suffix), hex floats, NaN, Infinity.
+# Python's float() also takes "inf", "nan", "1_000" and non-ASCII digits, which Kafka refuses.
+_JAVA_DOUBLE = re.compile(
+    r"[+-]?(?:NaN|Infinity|(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[fFdD]?"
+    r"|(?P<hex>0[xX](?:[0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)[fFdD]?)"
+)
+LISTENER_CONFIG_PREFIX: Final = "listener.name."
+_LISTENER_KEYS: Final = ("max.connections", "max.connection.creation.rate")
+_LISTENER_NAME = re.compile(r"[a-z0-9_\-]+")
+
+
+def _specs(*specs: ConfigKeySpec) -> dict[str, ConfigKeySpec]:
+    return {spec.name: spec for spec in specs}
+
+
+def _int(name: str, default: int | None, minimum: int, *, dynamic: bool = True, doc: str = "") -> ConfigKeySpec:
+    return ConfigKeySpec(name, ConfigType.INT, None if default is None else str(default), minimum, dynamic, doc=doc)
+
+
+def _long(name: str, default: int, minimum: int, *, dynamic: bool = True, doc: str = "") -> ConfigKeySpec:
+    return ConfigKeySpec(name, ConfigType.LONG, str(default), minimum, dynamic, doc=doc)
+
+
+BROKER_CONFIGS: Final[Mapping[str, ConfigKeySpec]] = _specs(
+    # connection quotas (SocketServer's ConnectionQuotas; dynamic in Kafka)
+    _int("max.connections", _INT_MAX, 0, doc="connections a node accepts in total"),
+    _int("max.connections.per.ip", _INT_MAX, 0, doc="connections from one IP, fleet-wide"),
+    ConfigKeySpec(
+        "max.connections.per.ip.overrides",
+        ConfigType.STRING,
+        "",
+        check=parse_max_connections_per_ip_overrides,
+        doc="per-IP or per-host overrides, 'host:100,127.0.0.1:200'",
+    ),
+    _int("max.connection.creation.rate", _INT_MAX, 0, doc="new connections per second a node accepts"),
+    # replication quotas (dynamic in Kafka)
+    _long("leader.replication.throttled.rate", _LONG_MAX, 0),
+    _long("follower.replication.throttled.rate", _LONG_MAX, 0),
+    _long("replica.alter.log.dirs.io.max.bytes.per.second", _LONG_MAX, 0),
+    # quota sampling (read-only in Kafka: applies when a shard builds its managers)
+    _int("quota.window.num", 11, 1, dynamic=False),
+    _int("quota.window.size.seconds", 1, 1, dynamic=False),
+    _int("controller.quota.window.num", 11, 1, dynamic=False),
+    _int("controller.quota.window.size.seconds", 1, 1, dynamic=False),
+    _int("replication.quota.window.num", 11, 1, dynamic=False),
+    _int("replication.quota.window.size.seconds", 1, 1, dynamic=False),
+    _int("alter.log.dirs.replication.quota.window.num", 11, 1, dynamic=False),
+    _int("alter.log.dirs.replication.quota.window.size.seconds", 1, 1, dynamic=False),
+    ConfigKeySpec("client.quota.value.metric.enable", ConfigType.BOOLEAN, "false", dynamic=False, doc="KIP-786"),
+    # KIP-714
+    _int("telemetry.max.bytes", 1024 * 1024, 1, dynamic=False),
+    # KIP-936 producer-id quota (the filter shape is quotaplane's)
+    _int("producer.id.quota.window.num", 11, 1, dynamic=False),
+    _int("producer.id.quota.window.size.seconds", 3600, 1, dynamic=False),
+    _int("producer.id.quota.cache.cleanup.scheduler.interval.ms", 10, 1, dynamic=False),
+    _int("producer.id.quota.filter.expected.items", 10_000, 1, dynamic=False),
+    ConfigKeySpec(
+        "producer.id.quota.filter.false.positive.rate",
+        ConfigType.DOUBLE,
+        "0.01",
+        dynamic=False,
+        check=lambda value: _check_false_positive_rate(value),
+    ),
+)
+
+
+def _check_false_positive_rate(value: str) -> None:
+    """The Bloom filter's false-positive rate is a probability strictly between 0 and 1."""
+    if not 0.0 < _parse_java_double(value) < 1.0:
+        raise ValueError("Value must be greater than 0 and less than 1")
+
+
+def _parse_java_double(trimmed: str) -> float:
+    """``Double.parseDouble`` of a trimmed string; ValueError if Java would refuse it."""
+    match = _JAVA_DOUBLE.fullmatch(trimmed)
+    if match is None:
+        raise ValueError(trimmed)
+    sign = -1.0 if trimmed.startswith("-") else 1.0
+    if match.group("hex") is not None:
+        return sign * float.fromhex(match.group("hex"))
+    if match.group("dec") is not None:
+        return sign * float(match.group("dec"))
+    return sign * float(trimmed.lstrip("+-"))  # NaN, Infinity
+
+
+def _check_replicas(name: str) -> Callable[[str], object]:
+    return lambda value: parse_throttled_replicas(value, name=name)
+
+
+TOPIC_CONFIGS: Final[Mapping[str, ConfigKeySpec]] = _specs(
+    ConfigKeySpec(
+        "leader.replication.throttled.replicas",
+        ConfigType.LIST,
+        "",
+        check=_check_replicas("leader.replication.throttled.replicas"),
+    ),
+    ConfigKeySpec(
+        "follower.replication.throttled.replicas",
+        ConfigType.LIST,
+        "",
+        check=_check_replicas("follower.replication.throttled.replicas"),
+    ),
+)
+
+
+def broker_config_spec(name: str) -> ConfigKeySpec | None:
+    """The spec of a broker config, including ``listener.name.<listener>.max.connections`` and
+    ``listener.name.<listener>.max.connection.creation.rate`` (listener names in lower case)."""
+    spec = BROKER_CONFIGS.get(name)
+    if spec is not None or not name.startswith(LISTENER_CONFIG_PREFIX):
+        return spec
+    rest = name[len(LISTENER_CONFIG_PREFIX) :]
+    for suffix in _LISTENER_KEYS:
+        listener = rest[: -len(suffix) - 1] if rest.endswith("." + suffix) else ""
+        if listener and _LISTENER_NAME.fullmatch(listener):
+            return _int(name, _INT_MAX, 1)  # Kafka: a listener limit must be > 0
+    return None
+
+
+def _invalid(name: str, value: str, reason: str) -> InvalidConfigurationError:
+    return InvalidConfigurationError(f"Invalid value {value} for configuration {name}: {reason}")
+
+
+def parse_config_value(spec: ConfigKeySpec, value: str) -> object:
+    """Parse a config string as Kafka's ``ConfigDef.parseType`` does (trimmed), then check its range."""
+    if not isinstance(value, str):
+        raise InvalidConfigurationError(f"Invalid value {value!r} for configuration {spec.name}: expected a string")
+    trimmed = value.strip(_JAVA_TRIM)
+    parsed: object
+    if spec.type is ConfigType.BOOLEAN:
+        if trimmed.lower() not in ("true", "false"):
+            raise _invalid(spec.name, trimmed, "Expected value to be either true or false")
+        parsed = trimmed.lower() == "true"
+    elif spec.type in (ConfigType.INT, ConfigType.LONG):
+        limit = _INT_MAX if spec.type is ConfigType.INT else _LONG_MAX
+        if not _JAVA_INTEGER.fullmatch(trimmed) or not -limit - 1 <= int(trimmed) <= limit:
+            raise _invalid(spec.name, trimmed, f"Not a number of type {spec.type.name}")
+        parsed = int(trimmed)
+    elif spec.type is ConfigType.DOUBLE:
+        try:
+            parsed = _parse_java_double(trimmed)
+        except ValueError:
+            raise _invalid(spec.name, trimmed, "Not a number of type DOUBLE") from None
+        if math.isnan(parsed):
+            raise _invalid(spec.name, trimmed, "Not a number of type DOUBLE")
+    else:
+        parsed = trimmed
+    if spec.minimum is not None and isinstance(parsed, int | float) and parsed < spec.minimum:
+        minimum = int(spec.minimum) if float(spec.minimum).is_integer() else spec.minimum
+        raise _invalid(spec.name, trimmed, f"Value must be at least {minimum}")
+    if spec.check is not None:
+        try:
+            spec.check(trimmed)
+        except ValueError as e:
+            message = str(e)
+            if not message.startswith("Invalid value"):
+                message = f"Invalid value {trimmed} for configuration {spec.name}: {message}"
+            raise InvalidConfigurationError(message) from None
+    return parsed
+
+
+def validate_config_value(resource_type: ConfigResourceType, name: str, value: str | None) -> None:
+    """Check one broker or topic config (None = deleted); INVALID_CONFIG with the config's name."""
+    if not isinstance(name, str):
+        raise InvalidRequestError(f"Invalid config name {name!r}: expected a string")
+    specs = TOPIC_CONFIGS if resource_type is ConfigResourceType.TOPIC else None
+    spec = specs.get(name) if specs is not None else broker_config_spec(name)
+    if spec is None:
+        kind = "topic" if resource_type is ConfigResourceType.TOPIC else "broker"
+        raise InvalidConfigurationError(f"Unknown {kind} config {name}: quotaplane keeps {_known(resource_type)}")
+    if value is not None:
+        parse_config_value(spec, value)
+
+
+def _known(resource_type: ConfigResourceType) -> str:
+    if resource_type is ConfigResourceType.TOPIC:
+        return ", ".join(TOPIC_CONFIGS)
+    return ", ".join([*BROKER_CONFIGS, f"{LISTENER_CONFIG_PREFIX}<listener>.{{{','.join(_LISTENER_KEYS)}}}"])
+
+
+def validate_broker_name(name: str) -> None:
+    """Kafka's ``validateBrokerName``: ``""`` (cluster default) or a non-negative base-10 node id."""
+    if not isinstance(name, str):
+        raise InvalidRequestError(f"Invalid broker name {name!r}: expected a string")
+    if name:
+        if not _JAVA_INTEGER.fullmatch(name) or not -(2**31) <= int(name) < 2**31:
+            raise InvalidRequestError("Unable to parse broker name as a base 10 number.")
+        if int(name) < 0:
+            raise InvalidRequestError("Invalid negative broker ID.")
+
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")  # ASCII only, as Kafka
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``validateTopicName`` (``Topic.validate``)."""
+    if not isinstance(name, str):
+        raise InvalidRequestError(f"Invalid topic name {name!r}: expected a string")
+    if not name:
+        raise InvalidRequestError("Default topic resources are not allowed.")
+    reason = None
+    if name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > 249:
+        reason = f"the length of '{name}' is longer than the max allowed length 249"
+    elif not _LEGAL_TOPIC.fullmatch(name):
+        reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    if reason is not None:
+        # Kafka's Topic.validate message; Kafka's code is INVALID_TOPIC_EXCEPTION (17), which
+        # quotaplane.errors does not define yet, so this answers INVALID_REQUEST.
+        raise InvalidRequestError(f"Topic name is invalid: {reason}")

@@ -1,0 +1,544 @@
+"""ConfigImage: the state the config log replays into, and the delta each event makes.
+
+The image is Kafka's ``MetadataImage`` reduced to what quotaplane keeps: client quotas by entity, KIP-714
+client-metrics resources by name, and dynamic configs by (resource type, resource name). Besides the
+values it keeps, for every live config key, which event set it (offset, commit time, principal, request
+id): that answers "which change set alice's quota?" without rereading the log, and lets a snapshot carry
+the history's last word for each key. It also remembers the most recent request ids, so a retried admin
+request is applied once.
+
+Offsets are Kafka's convention: 0-based, and an image's ``end_offset`` is the offset of the next event
+it expects (so ``end_offset`` events have been applied; a snapshot at ``end_offset`` k holds the image
+of the first k events).
+
+Two ways in, one semantics: ``apply(offset, event)`` returns a :class:`ConfigDelta` for the managers
+(``ManagerBinding``); ``replay_columns(base_offset, columns)`` applies a whole log batch (``EventColumns``)
+from plain lists without building deltas, which is how a shard catches up from the log. Client-quota
+state is keyed by the entity's canonical id string (``_columns.entity_id``) inside, by ``EntityKey``
+outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..telemetry._configs import INTERVAL_MS_CONFIG, MATCH_CONFIG, METRICS_CONFIG
+from ..v1 import config_events_pb2 as pb
+from ._client_quotas import EntityKey, entity_key
+from ._columns import KIND_CLIENT_METRICS, KIND_CLIENT_QUOTA, KIND_CONFIG, entity_id, entity_of
+from ._dynamic_configs import ConfigResourceType
+
+__all__ = [
+    "DEFAULT_MAX_APPLIED_REQUESTS",
+    "SNAPSHOT_VERSION",
+    "ClientMetricsChange",
+    "ClientQuotaChange",
+    "ConfigChange",
+    "ConfigDelta",
+    "ConfigImage",
+    "ConfigKey",
+    "CorruptEventError",
+    "OffsetGapError",
+    "Provenance",
+]
+
+#: How many recent request ids an image remembers for exactly-once retries.
+DEFAULT_MAX_APPLIED_REQUESTS: Final = 10_000
+SNAPSHOT_VERSION: Final = 1
+
+QUOTA: Final = "client-quota"
+CLIENT_METRICS: Final = "client-metrics"
+CONFIG: Final = "config"
+
+#: The key a value lives under (and what compaction keeps the last event of):
+#: ``("client-quota", entity_key, quota_key)``, ``("client-metrics", name)`` or
+#: ``("config", resource_type, resource_name, config_name)``.
+ConfigKey = tuple
+
+
+class OffsetGapError(ValueError):
+    """An event arrived out of offset order: the image must catch up from the log first."""
+
+
+class CorruptEventError(ValueError):
+    """An event the image cannot apply (no record, unknown resource type): names the offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """The event that set a value: where it is in the log, when, by whom, in which request."""
+
+    offset: int
+    commit_time_ms: int
+    principal: str
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaChange:
+    entity: EntityKey
+    key: str
+    old: float | None
+    new: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientMetricsChange:
+    name: str
+    old: Mapping[str, str] | None
+    new: Mapping[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    resource_type: ConfigResourceType
+    resource_name: str
+    name: str
+    old: str | None
+    new: str | None
+
+
+Change = ClientQuotaChange | ClientMetricsChange | ConfigChange
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDelta:
+    """What one event changed (``changes`` is empty when it changed nothing, e.g. a repeated removal)."""
+
+    offset: int
+    provenance: Provenance
+    changes: tuple[Change, ...] = field(default=())
+
+
+def _metrics_configs(record: pb.ClientMetricsRecord) -> dict[str, str]:
+    configs: dict[str, str] = {}
+    if record.HasField("metrics"):
+        configs[METRICS_CONFIG] = record.metrics
+    if record.HasField("interval_ms"):
+        configs[INTERVAL_MS_CONFIG] = str(record.interval_ms)
+    if record.HasField("match"):
+        configs[MATCH_CONFIG] = record.match
+    return configs
+
+
+class ConfigImage:
+    """The replayed config state (mutable, single-threaded; copy with ``copy()``)."""
+
+    __slots__ = (
+        "_applied_requests",
+        "_client_metrics",
+        "_configs",
+        "_max_applied_requests",
+        "_other_provenance",
+        "_quota_provenance",
+        "_quotas",
+        "end_offset",
+        "last_commit_time_ms",
+    )
+
+    def __init__(self, *, max_applied_requests: int = DEFAULT_MAX_APPLIED_REQUESTS) -> None:
+        if max_applied_requests < 0:
+            raise ValueError(f"max_applied_requests must be >= 0, got {max_applied_requests}")
+        self.end_offset = 0
+        self.last_commit_time_ms = 0
+        self._max_applied_requests = max_applied_requests
+        # entity id -> {quota key: value}, and the same shape for the provenance of each value
+        self._quotas: dict[str, dict[str, float]] = {}
+        self._quota_provenance: dict[str, dict[str, tuple[int, int, str, str]]] = {}
+        self._client_metrics: dict[str, dict[str, str]] = {}
+        self._configs: dict[tuple[int, str], dict[str, str]] = {}
+        # ("client-metrics", name) / ("config", type, name, key) -> (offset, commit_time_ms, principal, request_id)
+        self._other_provenance: dict[ConfigKey, tuple[int, int, str, str]] = {}
+        # request id -> [first_offset, last_offset], oldest first (trimmed in bulk, see _trim_requests)
+        self._applied_requests: dict[str, list[int]] = {}
+
+    # --- reading ---------------------------------------------------------------------------------
+    def client_quotas(self) -> dict[EntityKey, dict[str, float]]:
+        """Every entity with its quotas (copies)."""
+        return {entity_of(eid): dict(values) for eid, values in self._quotas.items()}
+
+    def client_quota(self, entity: EntityKey | Mapping[str, str | None]) -> dict[str, float]:
+        """The quotas set on exactly this entity (empty if none)."""
+        key = entity if isinstance(entity, tuple) else entity_key(entity)
+        return dict(self._quotas.get(entity_id(key), {}))
+
+    def client_metrics(self) -> dict[str, dict[str, str]]:
+        """Every client-metrics resource with its configs as set (copies)."""
+        return {name: dict(configs) for name, configs in self._client_metrics.items()}
+
+    def client_metrics_resource(self, name: str) -> dict[str, str] | None:
+        configs = self._client_metrics.get(name)
+        return None if configs is None else dict(configs)
+
+    def configs(self, resource_type: ConfigResourceType, resource_name: str) -> dict[str, str]:
+        """The dynamic configs set on one BROKER (``""`` = cluster default) or TOPIC resource."""
+        return dict(self._configs.get((int(resource_type), resource_name), {}))
+
+    def config_resources(self) -> list[tuple[ConfigResourceType, str]]:
+        return [(ConfigResourceType(t), name) for t, name in self._configs]
+
+    def provenance(self, key: ConfigKey) -> Provenance | None:
+        """The event that set the live value under ``key`` (see :data:`ConfigKey`), or None."""
+        if key and key[0] == QUOTA:
+            _, entity, quota_key = key
+            found = self._quota_provenance.get(entity_id(entity), {}).get(quota_key)
+        else:
+            found = self._other_provenance.get(key)
+        return None if found is None else Provenance(*found)
+
+    def applied_request(self, request_id: str) -> tuple[int, int] | None:
+        """The (first, last) offsets of a remembered request's events, or None."""
+        found = self._applied_requests.get(request_id)
+        return None if found is None else (found[0], found[1])
+
+    def __len__(self) -> int:
+        """The number of live config keys (what a snapshot holds)."""
+        return sum(len(values) for values in self._quotas.values()) + len(self._other_provenance)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConfigImage):
+            return NotImplemented
+        self._trim_requests(force=True)
+        other._trim_requests(force=True)
+        return (
+            self.end_offset == other.end_offset
+            and self.last_commit_time_ms == other.last_commit_time_ms
+            and self._quotas == other._quotas
+            and self._quota_provenance == other._quota_provenance
+            and self._client_metrics == other._client_metrics
+            and self._configs == other._configs
+            and self._other_provenance == other._other_provenance
+            and list(self._applied_requests.items()) == list(other._applied_requests.items())
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"ConfigImage(end_offset={self.end_offset}, client_quota_entities={len(self._quotas)}, "
+            f"client_metrics={len(self._client_metrics)}, config_resources={len(self._configs)})"
+        )
+
+    def copy(self) -> ConfigImage:
+        image = ConfigImage(max_applied_requests=self._max_applied_requests)
+        image.end_offset = self.end_offset
+        image.last_commit_time_ms = self.last_commit_time_ms
+        image._quotas = {k: dict(v) for k, v in self._quotas.items()}
+        image._quota_provenance = {k: dict(v) for k, v in self._quota_provenance.items()}
+        image._client_metrics = {k: dict(v) for k, v in self._client_metrics.items()}
+        image._configs = {k: dict(v) for k, v in self._configs.items()}
+        image._other_provenance = dict(self._other_provenance)
+        self._trim_requests(force=True)
+        image._applied_requests = {k: list(v) for k, v in self._applied_requests.items()}
+        return image
+
+    # --- applying one event (the delta path) -----------------------------------------------------------
+    def apply(self, offset: int, event: pb.Event) -> ConfigDelta:
+        """Apply the event at ``offset`` (which must be ``end_offset``) and return what it changed."""
+        if offset != self.end_offset:
+            raise OffsetGapError(f"expected the event at offset {self.end_offset}, got offset {offset}")
+        provenance = (offset, event.commit_time_ms, event.principal, event.request_id)
+        change = self._apply_event(offset, event, provenance)
+        self._remember_request(event.request_id, offset)
+        self.end_offset = offset + 1
+        self.last_commit_time_ms = event.commit_time_ms
+        return ConfigDelta(offset, Provenance(*provenance), () if change is None else (change,))
+
+    def replay(self, base_offset: int, events: Iterable[pb.Event]) -> int:
+        """Apply consecutive ``Event`` messages from ``base_offset`` (already applied ones are skipped);
+        returns the new end offset. The log's fast path is :meth:`replay_columns`."""
+        offset = base_offset
+        if offset > self.end_offset:
+            raise OffsetGapError(f"expected the event at offset {self.end_offset}, got offset {offset}")
+        for event in events:
+            if offset >= self.end_offset:
+                self.apply(offset, event)
+            offset += 1
+        return self.end_offset
+
+    def _apply_event(self, offset: int, event: pb.Event, provenance: tuple[int, int, str, str]) -> Change | None:
+        kind = event.WhichOneof("record")
+        if kind == "client_quota":
+            record = event.client_quota
+            entity = tuple(
+                sorted(
+                    ((e.entity_type, e.entity_name if e.HasField("entity_name") else None) for e in record.entity),
+                    key=lambda pair: pair[0],
+                )
+            )
+            new = None if record.remove else record.value
+            old = self._set_quota(entity_id(entity), record.key, new, provenance)
+            return ClientQuotaChange(entity, record.key, old, new) if old != new else None
+        if kind == "client_metrics":
+            return self._apply_client_metrics(event.client_metrics, provenance)
+        if kind == "config":
+            return self._apply_config(offset, event.config, provenance)
+        raise CorruptEventError(f"the event at offset {offset} carries no record")
+
+    def _set_quota(
+        self, eid: str, key: str, value: float | None, provenance: tuple[int, int, str, str]
+    ) -> float | None:
+        values = self._quotas.get(eid)
+        old = None if values is None else values.get(key)
+        if value is None:
+            if old is not None:
+                del values[key]  # type: ignore[index]
+                del self._quota_provenance[eid][key]
+                if not values:
+                    del self._quotas[eid]
+                    del self._quota_provenance[eid]
+        elif values is None:
+            self._quotas[eid] = {key: value}
+            self._quota_provenance[eid] = {key: provenance}
+        else:
+            values[key] = value
+            self._quota_provenance[eid][key] = provenance
+        return old
+
+    def _apply_client_metrics(
+        self, record: pb.ClientMetricsRecord, provenance: tuple[int, int, str, str]
+    ) -> ClientMetricsChange | None:
+        name = record.name
+        old = self._client_metrics.get(name)
+        configs = None if record.delete else _metrics_configs(record)
+        ckey = (CLIENT_METRICS, name)
+        if not configs:  # Kafka: a resource without configs does not exist
+            if old is None:
+                return None
+            del self._client_metrics[name]
+            del self._other_provenance[ckey]
+            configs = None
+        else:
+            self._client_metrics[name] = configs
+            self._other_provenance[ckey] = provenance
+        return ClientMetricsChange(name, old, configs) if old != configs else None
+
+    def _apply_config(
+        self, offset: int, record: pb.ConfigRecord, provenance: tuple[int, int, str, str]
+    ) -> ConfigChange | None:
+        rtype = record.resource_type
+        if rtype != ConfigResourceType.BROKER and rtype != ConfigResourceType.TOPIC:
+            raise CorruptEventError(f"the event at offset {offset} has an unknown config resource type {rtype}")
+        resource = (rtype, record.resource_name)
+        name = record.name
+        values = self._configs.get(resource)
+        old = None if values is None else values.get(name)
+        ckey = (CONFIG, rtype, record.resource_name, name)
+        if record.HasField("value"):
+            new: str | None = record.value
+            if values is None:
+                self._configs[resource] = {name: record.value}
+            else:
+                values[name] = record.value
+            self._other_provenance[ckey] = provenance
+        else:
+            if old is None:
+                return None
+            del values[name]  # type: ignore[union-attr]
+            if not values:
+                del self._configs[resource]
+            del self._other_provenance[ckey]
+            new = None
+        if old == new:
+            return None
+        return ConfigChange(ConfigResourceType(rtype), record.resource_name, name, old, new)
+
+    def _remember_request(self, request_id: str, offset: int) -> None:
+        if request_id:
+            span = self._applied_requests.get(request_id)
+            if span is None:
+                self._applied_requests[request_id] = [offset, offset]
+                self._trim_requests()
+            else:
+                span[1] = offset
+
+    def _trim_requests(self, *, force: bool = False) -> None:
+        """Forget the oldest request ids beyond the limit; done in bulk once the dict holds twice as many
+        (a replay then pays one dict insert per request), or now with ``force``."""
+        requests = self._applied_requests
+        limit = self._max_applied_requests
+        if len(requests) > (limit if force else 2 * limit + 1024):
+            keep = list(requests.items())[len(requests) - limit :] if limit else []
+            self._applied_requests = dict(keep)
+
+    # --- applying a batch (the replay path) ------------------------------------------------------------
+    def replay_columns(self, base_offset: int, columns: pb.EventColumns) -> int:
+        """Apply a log batch (events at consecutive offsets from ``base_offset``) from its columns.
+
+        Events below ``end_offset`` are skipped (a batch may straddle it); a batch starting above it is an
+        OffsetGapError. Returns the new end offset.
+        """
+        kinds = list(columns.kind)
+        end = self.end_offset
+        if base_offset > end:
+            raise OffsetGapError(f"expected the event at offset {end}, got offset {base_offset}")
+        skip = end - base_offset
+        if skip >= len(kinds):
+            return end
+        self._replay(list(range(base_offset, base_offset + len(kinds))), kinds, columns, skip)
+        self.end_offset = base_offset + len(kinds)
+        return self.end_offset
+
+    def _replay(self, offsets: list[int], kinds: list[int], columns: pb.EventColumns, skip: int) -> None:
+        times = list(columns.commit_time_ms)
+        principals = list(columns.principal)
+        request_ids = list(columns.request_id)
+        q_entity = list(columns.quota_entity)
+        q_key = list(columns.quota_key)
+        q_value = list(columns.quota_value)
+        q_remove = list(columns.quota_remove)
+        quotas = self._quotas
+        quota_provenance = self._quota_provenance
+        requests = self._applied_requests
+        qi = kinds[:skip].count(KIND_CLIENT_QUOTA)
+        mi = kinds[:skip].count(KIND_CLIENT_METRICS)
+        ci = kinds[:skip].count(KIND_CONFIG)
+        last_rid = None
+        span: list[int] = []
+        for i in range(skip, len(kinds)):
+            offset = offsets[i]
+            kind = kinds[i]
+            provenance = (offset, times[i], principals[i], request_ids[i])
+            if kind == KIND_CLIENT_QUOTA:
+                eid = q_entity[qi]
+                key = q_key[qi]
+                values = quotas.get(eid)
+                if q_remove[qi]:
+                    if values is not None and key in values:
+                        self._set_quota(eid, key, None, provenance)
+                elif values is None:
+                    entity_of(eid)  # a non-canonical id is corruption: fail here, not on first use
+                    quotas[eid] = {key: q_value[qi]}
+                    quota_provenance[eid] = {key: provenance}
+                else:
+                    values[key] = q_value[qi]
+                    quota_provenance[eid][key] = provenance
+                qi += 1
+            elif kind == KIND_CLIENT_METRICS:
+                self._apply_client_metrics(columns.client_metrics[mi], provenance)
+                mi += 1
+            elif kind == KIND_CONFIG:
+                self._apply_config(offset, columns.config[ci], provenance)
+                ci += 1
+            else:
+                raise CorruptEventError(f"the event at offset {offset} has an unknown record kind {kind}")
+            rid = request_ids[i]
+            if rid:
+                if rid == last_rid:  # the events of one request are consecutive: one lookup per request
+                    span[1] = offset
+                else:
+                    last_rid = rid
+                    span = requests.get(rid)
+                    if span is None:
+                        span = requests[rid] = [offset, offset]
+                    else:
+                        span[1] = offset
+        self._trim_requests()
+        self.last_commit_time_ms = times[-1]
+
+    # --- snapshots -------------------------------------------------------------------------------
+    def snapshot_header(self) -> pb.SnapshotHeader:
+        self._trim_requests(force=True)
+        return pb.SnapshotHeader(
+            version=SNAPSHOT_VERSION,
+            end_offset=self.end_offset,
+            last_commit_time_ms=self.last_commit_time_ms,
+            applied_requests=[
+                pb.AppliedRequest(request_id=rid, first_offset=span[0], last_offset=span[1])
+                for rid, span in self._applied_requests.items()
+            ],
+            entry_count=len(self),
+        )
+
+    def snapshot_events(self) -> list[tuple[int, pb.Event]]:
+        """For every live config key, the event that set it as it is now, in offset order.
+
+        Replaying them (``from_snapshot``) gives back an equal image: each is the original event's record
+        for that key (a quota value, a whole client-metrics resource, a config value) with its offset,
+        commit time, principal and request id.
+        """
+        entries: list[tuple[int, pb.Event]] = []
+        for eid, keys in self._quota_provenance.items():
+            entity = entity_of(eid)
+            values = self._quotas[eid]
+            for key, (offset, time_ms, principal, request_id) in keys.items():
+                event = pb.Event(commit_time_ms=time_ms, principal=principal, request_id=request_id)
+                record = event.client_quota
+                for entity_type, name in entity:
+                    component = record.entity.add(entity_type=entity_type)
+                    if name is not None:
+                        component.entity_name = name
+                record.key = key
+                record.value = values[key]
+                entries.append((offset, event))
+        for ckey, (offset, time_ms, principal, request_id) in self._other_provenance.items():
+            event = pb.Event(commit_time_ms=time_ms, principal=principal, request_id=request_id)
+            if ckey[0] == CLIENT_METRICS:
+                name = ckey[1]
+                configs = self._client_metrics[name]
+                record = event.client_metrics
+                record.name = name
+                if METRICS_CONFIG in configs:
+                    record.metrics = configs[METRICS_CONFIG]
+                if INTERVAL_MS_CONFIG in configs:
+                    record.interval_ms = int(configs[INTERVAL_MS_CONFIG])
+                if MATCH_CONFIG in configs:
+                    record.match = configs[MATCH_CONFIG]
+            else:
+                _, rtype, rname, name = ckey
+                event.config.resource_type = rtype
+                event.config.resource_name = rname
+                event.config.name = name
+                event.config.value = self._configs[(rtype, rname)][name]
+            entries.append((offset, event))
+        entries.sort(key=lambda entry: entry[0])
+        return entries
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        header: pb.SnapshotHeader,
+        frames: Iterable[pb.EventColumns],
+        *,
+        max_applied_requests: int = DEFAULT_MAX_APPLIED_REQUESTS,
+    ) -> ConfigImage:
+        """Rebuild the image a snapshot holds from its header and its ``EventColumns`` frames."""
+        if header.version != SNAPSHOT_VERSION:
+            raise CorruptEventError(f"unsupported snapshot version {header.version} (this build reads 1)")
+        image = cls(max_applied_requests=max_applied_requests)
+        last = -1
+        count = 0
+        for columns in frames:
+            offsets = list(columns.offset)
+            kinds = list(columns.kind)
+            if len(offsets) != len(kinds):
+                raise CorruptEventError(f"a snapshot frame has {len(offsets)} offsets for {len(kinds)} events")
+            if not kinds:
+                continue
+            if offsets != sorted(set(offsets)) or offsets[0] <= last or offsets[-1] >= header.end_offset:
+                raise CorruptEventError(
+                    f"snapshot offsets must increase and stay below end offset {header.end_offset}: "
+                    f"{offsets[0]}..{offsets[-1]} after {last}"
+                )
+            image._replay(offsets, kinds, columns, 0)
+            last = offsets[-1]
+            count += len(kinds)
+        if count != header.entry_count:
+            raise CorruptEventError(f"snapshot holds {count} entries, its header says {header.entry_count}")
+        image.end_offset = header.end_offset
+        image.last_commit_time_ms = header.last_commit_time_ms
+        image._applied_requests = {
+            r.request_id: [r.first_offset, r.last_offset]
+            for r in (header.applied_requests[-max_applied_requests:] if max_applied_requests else ())
+        }
+        return image
+
+    # --- convenience for tests and audits -----------------------------------------------------------
+    @classmethod
+    def replayed(cls, events: Iterable[pb.Event], **kwargs: int) -> ConfigImage:
+        """A new image with ``events`` applied from offset 0."""
+        image = cls(**kwargs)
+        image.replay(0, events)
+        return image

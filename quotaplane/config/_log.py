@@ -1,0 +1,809 @@
+"""``EventLog``: the durable, append-only config event log (segments of CRC32C frames, group commit).
+
+Every config change is a ``pb.Event`` at a dense 0-based offset. The log is a directory of segment
+files ``%020d.log`` (named by the base offset of their first frame), each a concatenation of frames
+(``_framing``); ``docs/eventlog-format.md`` is the byte-level specification and the recovery rules.
+
+**Durability.** ``append`` returns only after the frame holding its events is written and fsynced
+(``os.fdatasync``; a new segment's directory entry is fsynced when the segment is created).
+Concurrent appends share one frame, one write and one fsync (group commit): the first appender to
+find no write in progress becomes the leader, takes every pending append (in arrival order, each
+caller's events contiguous), writes one frame, fsyncs, and wakes every waiter with its own last
+offset; appends arriving meanwhile queue for the next round. If a write or fsync fails, nothing of
+that round is acknowledged and the log refuses every later append (``EventLogFailedError``): after a
+failed fsync Linux may drop the dirty pages and report success the next time, so the only safe next
+step is to reopen, which re-reads what is really on disk.
+
+**One writer.** ``open`` takes an exclusive ``flock`` on ``<directory>/.lock`` (the holder's pid is
+written in it), released by ``close`` or by the process's death, even by ``kill -9``.
+``read_only=True`` takes no lock and never writes.
+
+**Recovery** (at every writable open): each frame of each segment is verified (header CRC, payload
+CRC, dense offsets across frames and segments), without decompressing. A torn tail of the last
+segment, the trace of a write no caller was acknowledged for, is copied to
+``<segment>.torn-<position>`` and cut off; any other damage raises ``CorruptLogError`` naming the
+file, the byte position and the offset. The rules are in ``docs/eventlog-format.md``.
+
+**Commit times.** The log reads no clock: events keep the ``commit_time_ms`` their caller set. A
+frame's ``max_commit_time_ms`` is the largest commit time of that frame's events *and of every event
+before it* (the running maximum), so it never decreases along the log whatever callers do, and
+``offset_for_time`` bisects frame headers and decodes one frame. When commit times never decrease
+(the controller's rule) it is simply the commit time of the frame's last event.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import threading
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import zstandard
+
+from quotaplane.archive._writer import fsync_directory
+from quotaplane.v1 import config_events_pb2 as pb
+
+from ._columns import encode_events, events_of, slice_columns
+from ._framing import (
+    FRAME_HEADER_SIZE,
+    FrameError,
+    FrameFormatError,
+    FrameHeader,
+    FrameHeaderCrcError,
+    FramePayloadCrcError,
+    FrameTruncatedError,
+    decode_event_batch,
+    encode_frame,
+    header_crc_matches,
+    parse_frame,
+    parse_frame_header,
+)
+
+__all__ = [
+    "DEFAULT_SEGMENT_BYTES",
+    "LOCK_FILE",
+    "MAX_FRAME_BYTES",
+    "SEGMENT_SUFFIX",
+    "CorruptLogError",
+    "EventLog",
+    "EventLogClosedError",
+    "EventLogError",
+    "EventLogFailedError",
+    "EventLogLockedError",
+    "OffsetOutOfRangeError",
+    "parse_segment_name",
+    "segment_name",
+]
+
+_log = logging.getLogger("quotaplane.config")
+
+DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
+LOCK_FILE = ".lock"
+SEGMENT_SUFFIX = ".log"
+_SEGMENT_RE = re.compile(r"(\d{20})\.log")
+#: A group-commit round takes pending appends up to this many serialized event bytes (at least one
+#: append), so a frame, and what a reader decompresses at once, stays bounded; the rest wait a round.
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+#: Readers read segments in chunks of about this many bytes (whole frames).
+_READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+# --- errors --------------------------------------------------------------------------------------------
+class EventLogError(Exception):
+    """Base class of the event log's and the snapshot files' errors."""
+
+
+class EventLogLockedError(EventLogError):
+    """Another ``EventLog`` (this process or another) holds the directory's lock."""
+
+
+class EventLogClosedError(EventLogError):
+    """The log was closed."""
+
+
+class EventLogFailedError(EventLogError):
+    """A write or fsync failed: the round's appends were not acknowledged and the log takes no more.
+
+    ``__cause__`` is the ``OSError``. Reopen the log (``EventLog.open``) to continue from what is on disk.
+    """
+
+
+class OffsetOutOfRangeError(EventLogError):
+    """A read of offsets the log does not hold (Kafka's OFFSET_OUT_OF_RANGE): deleted or not yet written."""
+
+
+class CorruptLogError(EventLogError):
+    """Damage in a segment that is not a torn tail: ``path``, byte ``position`` and, where known, ``offset``."""
+
+    def __init__(self, path: str, position: int, reason: str, offset: int | None = None) -> None:
+        where = f"{path}: corrupt event log segment at byte {position}"
+        if offset is not None:
+            where += f" (offset {offset})"
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.position = position
+        self.reason = reason
+        self.offset = offset
+
+    def __reduce__(self) -> tuple[type[CorruptLogError], tuple[str, int, str, int | None]]:
+        return (type(self), (self.path, self.position, self.reason, self.offset))
+
+
+# --- names ---------------------------------------------------------------------------------------------
+def segment_name(base_offset: int) -> str:
+    """``%020d.log``: names sort as offsets do (Kafka's segment names)."""
+    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset of a segment file name, or None for any other file (``.lock``, torn copies, snapshots)."""
+    m = _SEGMENT_RE.fullmatch(name)
+    return int(m[1]) if m else None
+
+
+def _sync_data(fd: int) -> None:
+    # Looked up at each call (not bound at import) so that a test can make it fail for real.
+    (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with memoryview(data) as view:
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+# --- the in-memory index -------------------------------------------------------------------------------
+@dataclass(slots=True, eq=False)
+class _Segment:
+    """One segment's verified frames: parallel arrays, 24 bytes a frame (a 1M-frame log indexes in 24 MB)."""
+
+    path: Path
+    base_offset: int
+    end_offset: int  # the next offset after its last frame (= base_offset when empty)
+    size: int = 0  # bytes of verified frames
+    bases: array = field(default_factory=lambda: array("q"))
+    positions: array = field(default_factory=lambda: array("q"))
+    max_times: array = field(default_factory=lambda: array("q"))  # the log's running maximum, per frame
+
+    def add(self, base: int, position: int, max_time: int, next_offset: int, end: int) -> None:
+        self.bases.append(base)
+        self.positions.append(position)
+        self.max_times.append(max_time)
+        self.end_offset = next_offset
+        self.size = end
+
+
+@dataclass(frozen=True, slots=True)
+class _SegmentView:
+    """A segment as a reader saw it when it started: the frame count and size then (the arrays only grow)."""
+
+    segment: _Segment
+    frames: int
+    size: int
+
+
+class _Append:
+    """One caller's append waiting for a round: its serialized events and, when done, its result."""
+
+    __slots__ = ("count", "done", "error", "last_offset", "max_time", "payload")
+
+    def __init__(self, payload: bytes, count: int, max_time: int) -> None:
+        self.payload = payload
+        self.count = count
+        self.max_time = max_time
+        self.last_offset = -1
+        self.error: BaseException | None = None
+        self.done = False
+
+
+@dataclass(frozen=True, slots=True)
+class _TornTail:
+    position: int
+    reason: str
+
+
+# --- the log -------------------------------------------------------------------------------------------
+class EventLog:
+    """The config event log of one directory. Thread-safe; use ``EventLog.open``."""
+
+    def __init__(self, directory: Path, *, segment_bytes: int, fsync: bool, read_only: bool) -> None:
+        # Private: ``open`` builds the log, takes the lock and recovers it.
+        self._directory = directory
+        self._segment_bytes = segment_bytes
+        self._fsync = fsync
+        self._read_only = read_only
+        self._cond = threading.Condition(threading.Lock())
+        self._segments: list[_Segment] = []
+        self._end_offset = 0
+        self._max_commit_time = 0  # running maximum of commit times (frame headers carry it)
+        self._queue: list[_Append] = []
+        self._leading = False
+        self._closed = False
+        self._failure: OSError | None = None
+        self._fd: int | None = None  # the active segment, opened for append
+        self._lock_fd: int | None = None
+        self._compressor = zstandard.ZstdCompressor()
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        fsync: bool = True,
+        read_only: bool = False,
+    ) -> EventLog:
+        """Open (creating if needed) the log in ``directory``: lock, verify every frame, cut a torn tail.
+
+        ``segment_bytes``: roll to a new segment before a frame once the active one holds that many.
+        ``fsync=False`` (tests and benchmarks only) skips every fsync: appends survive a process crash,
+        not a power loss. ``read_only=True`` takes no lock and changes nothing: it indexes the frames
+        on disk now, stops quietly at a torn tail, and does not see later appends. Raises
+        ``EventLogLockedError``, ``CorruptLogError``, and ``FileNotFoundError`` for a missing
+        directory opened read-only.
+        """
+        if segment_bytes < 1:
+            raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes}")
+        path = Path(directory)
+        log = cls(path, segment_bytes=segment_bytes, fsync=fsync, read_only=read_only)
+        if read_only:
+            if not path.is_dir():
+                raise FileNotFoundError(f"{path}: no event log directory")
+            log._recover()
+            return log
+        log._create_directory()
+        log._take_lock()
+        try:
+            log._recover()
+            log._open_active_segment()
+        except BaseException:
+            log._release()
+            raise
+        return log
+
+    # --- opening ---------------------------------------------------------------------------------------
+    def _create_directory(self) -> None:
+        if self._directory.is_dir():
+            return
+        missing = []
+        d = self._directory
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                d.mkdir()
+            if self._fsync:
+                fsync_directory(d.parent)
+
+    def _take_lock(self) -> None:
+        lock_path = self._directory / LOCK_FILE
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+            raise EventLogLockedError(
+                f"{self._directory}: event log is locked by another writer (pid {holder}, in {lock_path})"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._lock_fd = fd
+
+    def _recover(self) -> None:
+        """Index every segment, verifying each frame; cut (or, read-only, stop at) a torn tail."""
+        found = []
+        with os.scandir(self._directory) as entries:
+            for entry in entries:
+                base = parse_segment_name(entry.name)
+                if base is not None and entry.is_file():
+                    found.append((base, Path(entry.path)))
+        found.sort()
+        expected: int | None = None
+        for i, (base, path) in enumerate(found):
+            is_last = i == len(found) - 1
+            if expected is not None and base != expected:
+                raise CorruptLogError(
+                    str(path), 0, f"offset gap: the previous segment ends at offset {expected}", offset=base
+                )
+            if not is_last and path.stat().st_size == 0:
+                raise CorruptLogError(str(path), 0, "empty segment before the last one", offset=base)
+            segment = self._scan_segment(path, base, is_last)
+            self._segments.append(segment)
+            expected = segment.end_offset
+        if self._segments:
+            self._end_offset = self._segments[-1].end_offset
+
+    def _scan_segment(self, path: Path, base: int, is_last: bool) -> _Segment:
+        data = path.read_bytes()
+        segment = _Segment(path, base, base)
+        position = 0
+        next_offset = base
+        max_time = self._max_commit_time
+        while position < len(data):
+            try:
+                header = parse_frame(data, position)
+            except FrameError as exc:
+                torn = _torn_tail_reason(data, position, exc) if is_last else None
+                if torn is None:
+                    where = "" if is_last else " (not the last segment, so not a torn write)"
+                    raise CorruptLogError(str(path), position, exc.reason + where, offset=next_offset) from None
+                self._max_commit_time = max_time
+                if not self._read_only:
+                    self._cut_torn_tail(path, data, _TornTail(position, torn))
+                return segment
+            if header.base_offset != next_offset:
+                what = "the segment's name says" if position == 0 else "the previous frame ends at"
+                raise CorruptLogError(
+                    str(path),
+                    position,
+                    f"frame base offset {header.base_offset}, but {what} {next_offset}",
+                    offset=next_offset,
+                )
+            max_time = max(max_time, header.max_commit_time_ms)
+            segment.add(header.base_offset, position, max_time, header.next_offset, header.end)
+            next_offset = header.next_offset
+            position = header.end
+        self._max_commit_time = max_time
+        return segment
+
+    def _cut_torn_tail(self, path: Path, data: bytes, tail: _TornTail) -> None:
+        """Copy the torn bytes beside the segment (fsynced), then truncate the segment (fsynced)."""
+        cut = data[tail.position :]
+        copy = path.with_name(f"{path.name}.torn-{tail.position}")
+        n = 0
+        while copy.exists():  # an earlier crash cut at the same place: keep that copy too
+            n += 1
+            copy = path.with_name(f"{path.name}.torn-{tail.position}.{n}")
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            _write_all(fd, cut)
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if self._fsync:
+            fsync_directory(self._directory)
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, tail.position)
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        _log.warning(
+            "%s: torn tail of %d bytes at byte %d cut off (%s); the bytes are kept in %s",
+            path,
+            len(cut),
+            tail.position,
+            tail.reason,
+            copy.name,
+        )
+
+    def _open_active_segment(self) -> None:
+        if self._segments:
+            self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+    # --- appending -------------------------------------------------------------------------------------
+    def append(self, events: Sequence[pb.Event]) -> int:
+        """Append ``events`` (as given) at the next offsets; the offset of the last one, durable on return.
+
+        Concurrent calls share one frame and one fsync; each call's events stay contiguous and in
+        order. Raises ValueError for no events, TypeError for something that is not a ``pb.Event``,
+        ``EventLogClosedError``, ``EventLogFailedError`` (this or an earlier round failed to write),
+        or ``EventLogError`` on a read-only log.
+        """
+        if not all(isinstance(event, pb.Event) for event in events):
+            raise TypeError("append() takes a sequence of quotaplane.v1.Event messages")
+        count = len(events)
+        if count == 0:
+            raise ValueError("append() needs at least one event")
+        # EventColumns payloads of concurrent appends concatenate into one batch: every field is repeated
+        payload = encode_events(events)
+        if len(payload) > MAX_FRAME_BYTES:
+            raise ValueError(f"append of {len(payload)} serialized bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
+        request = _Append(payload, count, max(e.commit_time_ms for e in events))
+        round_: list[_Append] | None = None
+        with self._cond:
+            self._check_writable()
+            self._queue.append(request)
+            while not request.done:
+                if not self._leading:
+                    round_ = self._take_round()
+                    break
+                self._cond.wait()
+        if round_ is not None:
+            self._lead(round_)
+        if request.error is not None:
+            raise request.error
+        return request.last_offset
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise EventLogError(f"{self._directory}: the event log was opened read-only")
+        if self._closed:
+            raise EventLogClosedError(f"{self._directory}: the event log is closed")
+        if self._failure is not None:
+            raise self._failed_error()
+
+    def _failed_error(self) -> EventLogFailedError:
+        error = EventLogFailedError(
+            f"{self._directory}: a write or fsync failed ({self._failure}); nothing of that round was "
+            "acknowledged and the log takes no more appends until it is reopened"
+        )
+        error.__cause__ = self._failure
+        return error
+
+    def _take_round(self) -> list[_Append] | None:
+        """Become the leader (lock held): take pending appends up to ``MAX_FRAME_BYTES``, in arrival order."""
+        if self._failure is not None or self._closed:
+            for request in self._queue:
+                request.error = (
+                    self._failed_error()
+                    if self._failure is not None
+                    else EventLogClosedError(f"{self._directory}: the event log is closed")
+                )
+                request.done = True
+            self._queue.clear()
+            self._cond.notify_all()
+            return None
+        size = 0
+        n = 0
+        for request in self._queue:
+            if n and size + len(request.payload) > MAX_FRAME_BYTES:
+                break
+            size += len(request.payload)
+            n += 1
+        round_ = self._queue[:n]
+        del self._queue[:n]
+        self._leading = True
+        return round_
+
+    def _lead(self, round_: list[_Append]) -> None:
+        """Write and fsync one frame for the round (lock released), then publish it and wake the waiters."""
+        base = self._end_offset  # only the leader moves it, and there is one leader at a time
+        count = 0
+        max_time = self._max_commit_time
+        for request in round_:
+            count += request.count
+            request.last_offset = base + count - 1
+            max_time = max(max_time, request.max_time)
+        failure: BaseException | None = None
+        written: tuple[_Segment, int, int] | None = None
+        try:
+            frame = encode_frame(
+                b"".join(r.payload for r in round_),
+                base_offset=base,
+                record_count=count,
+                max_commit_time_ms=max_time,
+                compressor=self._compressor,
+            )
+            segment = self._segment_for(base)
+            position = segment.size
+            try:
+                _write_all(self._fd, frame)
+                if self._fsync:
+                    _sync_data(self._fd)
+            except BaseException:
+                with contextlib.suppress(OSError):  # best effort: no unacknowledged bytes after a reopen
+                    os.ftruncate(self._fd, position)
+                raise
+            written = (segment, position, len(frame))
+        except BaseException as exc:
+            failure = exc
+        with self._cond:
+            self._leading = False
+            if written is not None:
+                segment, position, size = written
+                segment.add(base, position, max_time, base + count, position + size)
+                self._end_offset = base + count
+                self._max_commit_time = max_time
+            else:
+                self._failure = failure if isinstance(failure, OSError) else OSError(f"append failed: {failure!r}")
+                if not isinstance(failure, OSError):
+                    self._failure.__cause__ = failure
+            for request in round_:
+                if written is None:
+                    request.error = self._failed_error()
+                request.done = True
+            self._cond.notify_all()
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure  # KeyboardInterrupt, SystemExit: the waiters were failed, the leader's thread stops
+
+    def _segment_for(self, base: int) -> _Segment:
+        """The segment the frame at ``base`` goes to: the active one, or a new one once it is full."""
+        if self._segments and self._segments[-1].size < self._segment_bytes:
+            return self._segments[-1]
+        path = self._directory / segment_name(base)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            if self._fsync:
+                fsync_directory(self._directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        segment = _Segment(path, base, base)
+        with self._cond:
+            if self._fd is not None:
+                os.close(self._fd)
+            self._fd = fd
+            self._segments.append(segment)
+        return segment
+
+    # --- reading ---------------------------------------------------------------------------------------
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def end_offset(self) -> int:
+        """The next offset to be assigned: the number of events ever appended (Kafka's log end offset)."""
+        return self._end_offset
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset still on disk (Kafka's log start offset): 0 unless segments were deleted."""
+        segments = self._segments
+        return segments[0].base_offset if segments else self._end_offset
+
+    def segments(self) -> list[Path]:
+        """The segment files, oldest first; the last one is the active segment."""
+        with self._cond:
+            return [s.path for s in self._segments]
+
+    def read(self, from_offset: int = 0, to_offset: int | None = None) -> Iterator[tuple[int, pb.Event]]:
+        """``(offset, event)`` for every offset in ``[from_offset, to_offset)`` (see ``read_batches``)."""
+        return _events(self.read_batches(from_offset, to_offset))
+
+    def read_batches(self, from_offset: int = 0, to_offset: int | None = None) -> Iterator[tuple[int, pb.EventColumns]]:
+        """``(base_offset, columns)`` per frame overlapping ``[from_offset, to_offset)``: the replay fast path.
+
+        One decompress and one ``EventColumns`` parse per frame (``ConfigImage.replay_columns`` takes it).
+        Batches are **trimmed** to the range:
+        the first and last may hold fewer events than their frame, and ``base_offset`` is always the
+        offset of the batch's first event, so the caller never sees an offset outside the range.
+
+        ``to_offset=None`` (or past the end) reads up to ``end_offset`` as it is at the call; the range
+        is checked at the call, not at the first ``next``: ``OffsetOutOfRangeError`` if
+        ``from_offset`` is below ``start_offset`` (deleted) or above ``end_offset``, ValueError if
+        ``to_offset < from_offset``. Frames are re-verified (CRCs) as they are read: ``CorruptLogError``.
+        """
+        with self._cond:
+            if self._closed:
+                raise EventLogClosedError(f"{self._directory}: the event log is closed")
+            end = self._end_offset
+            start = self._segments[0].base_offset if self._segments else end
+            to = end if to_offset is None else min(to_offset, end)
+            if to_offset is not None and to_offset < from_offset:
+                raise ValueError(f"to_offset {to_offset} is below from_offset {from_offset}")
+            if from_offset < start:
+                raise OffsetOutOfRangeError(
+                    f"{self._directory}: offset {from_offset} is below the log start offset {start} "
+                    "(its segment was deleted); read from a snapshot"
+                )
+            if from_offset > end:
+                raise OffsetOutOfRangeError(
+                    f"{self._directory}: offset {from_offset} is above the log end offset {end}"
+                )
+            views = [
+                _SegmentView(s, len(s.bases), s.size)
+                for s in self._segments
+                if s.end_offset > from_offset and s.base_offset < to
+            ]
+        return self._iter_batches(views, from_offset, to)
+
+    def _iter_batches(
+        self, views: list[_SegmentView], from_offset: int, to_offset: int
+    ) -> Iterator[tuple[int, pb.EventColumns]]:
+        decompressor = zstandard.ZstdDecompressor()
+        for view in views:
+            segment = view.segment
+            bases = segment.bases
+            first = max(0, bisect.bisect_right(bases, from_offset, 0, view.frames) - 1)
+            stop = bisect.bisect_left(bases, to_offset, first, view.frames)
+            for buf, headers in self._read_frames(view, first, stop, from_offset):
+                for header in headers:
+                    try:
+                        batch = decode_event_batch(buf, header, decompressor)
+                    except FrameError as exc:
+                        raise CorruptLogError(
+                            str(segment.path), header.position, exc.reason, offset=header.base_offset
+                        ) from None
+                    base = header.base_offset
+                    if base < from_offset or header.next_offset > to_offset:
+                        batch = slice_columns(batch, from_offset - base, to_offset - base)
+                        base = max(base, from_offset)
+                    yield base, batch
+
+    def _read_frames(
+        self, view: _SegmentView, first: int, stop: int, from_offset: int
+    ) -> Iterator[tuple[bytes, list[FrameHeader]]]:
+        """Chunks of whole frames ``[first, stop)`` of a segment: ``(buffer, verified headers)``."""
+        segment = view.segment
+        positions = segment.positions
+        bases = segment.bases
+        try:
+            fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise OffsetOutOfRangeError(
+                f"{segment.path}: segment deleted while reading (offsets from {from_offset})"
+            ) from None
+        try:
+            i = first
+            while i < stop:
+                chunk_start = positions[i]
+                j = i + 1
+                while j < stop and positions[j] - chunk_start < _READ_CHUNK_BYTES:
+                    j += 1
+                chunk_end = positions[j] if j < view.frames else view.size
+                buf = os.pread(fd, chunk_end - chunk_start, chunk_start)
+                headers = []
+                for k in range(i, j):
+                    position = positions[k] - chunk_start
+                    try:
+                        header = parse_frame(buf, position)
+                    except FrameError as exc:
+                        raise CorruptLogError(
+                            str(segment.path), positions[k], f"{exc.reason} (re-read after open)", offset=bases[k]
+                        ) from None
+                    if header.base_offset != bases[k]:
+                        raise CorruptLogError(
+                            str(segment.path),
+                            positions[k],
+                            f"frame base offset {header.base_offset} changed since open ({bases[k]})",
+                            offset=bases[k],
+                        )
+                    headers.append(header)
+                yield buf, headers
+                i = j
+        finally:
+            os.close(fd)
+
+    def offset_for_time(self, time_ms: int) -> int:
+        """The end offset of the longest prefix of events with ``commit_time_ms <= time_ms``.
+
+        The first event later than ``time_ms`` is found by bisecting the frames' (running maximum)
+        ``max_commit_time_ms`` and decoding the one frame that holds it; ``end_offset`` if there is
+        none. Events below ``start_offset`` are gone, so a time before every event on disk answers
+        ``start_offset`` (the true answer is then at most that).
+        """
+        with self._cond:
+            if self._closed:
+                raise EventLogClosedError(f"{self._directory}: the event log is closed")
+            views = [_SegmentView(s, len(s.bases), s.size) for s in self._segments]
+            end = self._end_offset
+        for view in views:
+            if view.frames == 0 or view.segment.max_times[view.frames - 1] <= time_ms:
+                continue
+            k = bisect.bisect_right(view.segment.max_times, time_ms, 0, view.frames)
+            for buf, headers in self._read_frames(view, k, k + 1, view.segment.bases[k]):
+                header = headers[0]
+                try:
+                    batch = decode_event_batch(buf, header)
+                except FrameError as exc:
+                    raise CorruptLogError(
+                        str(view.segment.path), view.segment.positions[k], exc.reason, offset=header.base_offset
+                    ) from None
+                for i, commit_time_ms in enumerate(batch.commit_time_ms):
+                    if commit_time_ms > time_ms:
+                        return header.base_offset + i
+            # The running maximum rose past time_ms in this frame, so one of its events is later.
+            raise CorruptLogError(
+                str(view.segment.path),
+                view.segment.positions[k],
+                "frame's max_commit_time_ms is above every event's commit time",
+                offset=view.segment.bases[k],
+            )
+        return end
+
+    # --- retention and lifecycle -----------------------------------------------------------------------
+    def delete_segments_before(self, offset: int) -> list[Path]:
+        """Delete the segments whose every offset is below ``offset``, oldest first; never the active one.
+
+        ``start_offset`` moves to the first remaining segment's base offset. The directory is fsynced
+        after the deletions. Readers already iterating a deleted segment get ``OffsetOutOfRangeError``
+        if they had not opened it yet.
+        """
+        deleted: list[Path] = []
+        with self._cond:
+            self._check_writable()
+            try:
+                while len(self._segments) > 1 and self._segments[0].end_offset <= offset:
+                    path = self._segments[0].path
+                    path.unlink()
+                    self._segments.pop(0)
+                    deleted.append(path)
+            finally:
+                if deleted and self._fsync:
+                    fsync_directory(self._directory)
+        if deleted:
+            _log.info("%s: deleted %d segments below offset %d", self._directory, len(deleted), offset)
+        return deleted
+
+    def close(self) -> None:
+        """Wait for an in-flight write, fail queued appends (``EventLogClosedError``), release the lock.
+
+        Idempotent.
+        """
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            while self._leading:
+                self._cond.wait()
+            for request in self._queue:
+                request.error = EventLogClosedError(f"{self._directory}: the event log was closed")
+                request.done = True
+            self._queue.clear()
+            self._cond.notify_all()
+            self._release()
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # drops the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "read-only" if self._read_only else "open"
+        return (
+            f"EventLog({str(self._directory)!r}, {state}, offsets [{self.start_offset}, {self._end_offset}), "
+            f"{len(self._segments)} segments)"
+        )
+
+
+def _events(batches: Iterator[tuple[int, pb.EventColumns]]) -> Iterator[tuple[int, pb.Event]]:
+    for base, batch in batches:
+        yield from enumerate(events_of(batch), base)
+
+
+def _torn_tail_reason(data: bytes, position: int, exc: FrameError) -> str | None:
+    """Why the bad frame at ``position`` of the LAST segment is a torn tail, or None if it is corruption.
+
+    A torn tail is what an interrupted write can leave: a prefix of the frame (header or payload cut
+    by the end of the file), a header not (fully) written whose following bytes read as zeros (file
+    systems may extend a file before its data reaches the disk, at block granularity), or a complete
+    last frame whose payload was not fully written. Anything followed by non-zero bytes it does not
+    explain is corruption: the writer never writes after a frame it did not fsync.
+    """
+    if isinstance(exc, FrameTruncatedError):
+        return exc.reason
+    if isinstance(exc, FrameHeaderCrcError | FrameFormatError):
+        if header_crc_matches(data, position):
+            return None  # an intact header with fields we refuse: another format, never a torn write
+        after_header = position + FRAME_HEADER_SIZE
+        if _all_zero(data, after_header):
+            what = "every remaining byte is zero" if _all_zero(data, position) else "zeros follow the damaged header"
+            return f"{exc.reason}; {what}"
+        return None
+    if isinstance(exc, FramePayloadCrcError) and parse_frame_header(data, position).end == len(data):
+        return f"{exc.reason} in a last frame that ends at the end of the file"
+    return None
+
+
+def _all_zero(data: bytes, start: int) -> bool:
+    return start >= len(data) or data.count(0, start) == len(data) - start

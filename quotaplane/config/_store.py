@@ -1,0 +1,406 @@
+"""ConfigStore: the event log, the image it replays into, snapshots, and the admin operations on top.
+
+This is the single writer of a config log (the ConfigController actor wraps one): an admin request is
+planned against the image (validated the way Kafka's controller does), its records are stamped with the
+commit time, the principal and the request id, appended to the log (written and fsynced: group commit),
+and only then applied to the image and answered. A change that fails validation appends nothing.
+
+Opening replays the newest valid snapshot and then the log's tail; a snapshot that does not verify is
+skipped (and said so), never trusted. ``image_at`` / ``image_at_time`` rebuild any past image, and
+``history`` lists every change of one entity or resource with its old and new value, for audits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InvalidRequestError
+from ..v1 import config_events_pb2 as pb
+from ._admin import (
+    AlterConfigOp,
+    ClientQuotaAlteration,
+    ClientQuotaFilterComponent,
+    ConfigEntry,
+    ConfigResource,
+    OpType,
+    Plan,
+    Result,
+    describe_client_quotas,
+    describe_configs,
+    plan_alter_client_quotas,
+    plan_incremental_alter_configs,
+)
+from ._client_quotas import EntityKey, Resolver, entity_key
+from ._dynamic_configs import ConfigResourceType
+from ._image import DEFAULT_MAX_APPLIED_REQUESTS, ConfigDelta, ConfigImage
+from ._log import EventLog
+from ._snapshot_file import list_snapshots, read_snapshot_batches, write_snapshot
+
+__all__ = ["ANONYMOUS", "ConfigStore", "HistoryCompactedError", "HistoryEntry"]
+
+log = logging.getLogger(__name__)
+
+ANONYMOUS = "User:ANONYMOUS"
+
+
+class HistoryCompactedError(LookupError):
+    """The events needed to rebuild an image were deleted (a snapshot covers them; the Spark history
+    table keeps every change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One change of a config key: which event made it, and the value before and after."""
+
+    offset: int
+    commit_time_ms: int
+    principal: str
+    request_id: str
+    key: str
+    old: object
+    new: object
+
+
+DeltaListener = Callable[[ConfigDelta], None]
+
+
+class ConfigStore:
+    """The config log's single writer and its replayed image (thread-safe: one change at a time)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        log_: EventLog,
+        image: ConfigImage,
+        *,
+        resolver: Resolver | None = None,
+        fsync: bool = True,
+    ) -> None:
+        self.directory = directory
+        self.log = log_
+        self.image = image
+        self._resolver = resolver
+        self._fsync = fsync
+        self._lock = threading.RLock()
+        self._listeners: list[DeltaListener] = []
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int = 16 * 1024 * 1024,
+        fsync: bool = True,
+        read_only: bool = False,
+        max_applied_requests: int = DEFAULT_MAX_APPLIED_REQUESTS,
+        resolver: Resolver | None = None,
+    ) -> ConfigStore:
+        """Open (or create) the log in ``directory`` and replay it: newest valid snapshot, then the tail."""
+        path = Path(directory)
+        event_log = EventLog.open(path, segment_bytes=segment_bytes, fsync=fsync, read_only=read_only)
+        try:
+            image = _load_image(path, event_log, event_log.end_offset, max_applied_requests)
+        except BaseException:
+            event_log.close()
+            raise
+        return cls(path, event_log, image, resolver=resolver, fsync=fsync)
+
+    def close(self) -> None:
+        self.log.close()
+
+    def __enter__(self) -> ConfigStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def end_offset(self) -> int:
+        return self.image.end_offset
+
+    def subscribe(self, listener: DeltaListener) -> None:
+        """Call ``listener(delta)`` for every event applied from now on (in offset order)."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    # --- writing ---------------------------------------------------------------------------------
+    def _commit(self, plan: Plan, *, validate_only: bool, now_ms: int, principal: str, request_id: str) -> list[Result]:
+        if validate_only or not plan.records:
+            return plan.results
+        commit_time = max(int(now_ms), self.image.last_commit_time_ms)  # commit times never decrease
+        for event in plan.records:
+            event.commit_time_ms = commit_time
+            event.principal = principal
+            event.request_id = request_id
+        last = self.log.append(plan.records)  # durable on return
+        first = last - len(plan.records) + 1
+        if first != self.image.end_offset:  # another writer? the lock file makes this impossible
+            raise RuntimeError(f"the log assigned offset {first}, the image expected {self.image.end_offset}")
+        for offset, event in enumerate(plan.records, first):
+            delta = self.image.apply(offset, event)
+            for listener in self._listeners:
+                listener(delta)
+        return plan.results
+
+    def _run(
+        self,
+        planner: Callable[[ConfigImage], Plan],
+        *,
+        validate_only: bool,
+        now_ms: int,
+        principal: str,
+        request_id: str,
+    ) -> list[Result]:
+        _check_request_id(request_id)
+        with self._lock:
+            plan = planner(self.image)
+            if request_id and self.image.applied_request(request_id) is not None:
+                # a retry of a request already in the log: answer it again, change nothing
+                return plan.results
+            return self._commit(
+                plan, validate_only=validate_only, now_ms=now_ms, principal=principal, request_id=request_id
+            )
+
+    def alter_client_quotas(
+        self,
+        alterations: Sequence[ClientQuotaAlteration],
+        *,
+        validate_only: bool = False,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> list[Result]:
+        """Kafka's AlterClientQuotas: one Result per alteration, in order."""
+        return self._run(
+            lambda image: plan_alter_client_quotas(image, alterations, resolver=self._resolver),
+            validate_only=validate_only,
+            now_ms=now_ms,
+            principal=principal,
+            request_id=request_id,
+        )
+
+    def incremental_alter_configs(
+        self,
+        resources: Sequence[tuple[ConfigResource, Sequence[AlterConfigOp]]],
+        *,
+        validate_only: bool = False,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> list[Result]:
+        """Kafka's IncrementalAlterConfigs for BROKER, TOPIC and CLIENT_METRICS: one Result per resource."""
+        return self._run(
+            lambda image: plan_incremental_alter_configs(image, resources),
+            validate_only=validate_only,
+            now_ms=now_ms,
+            principal=principal,
+            request_id=request_id,
+        )
+
+    def alter_client_metrics(
+        self,
+        name: str,
+        *,
+        metrics: str | Sequence[str] | None = None,
+        interval_ms: int | str | None = None,
+        match: str | Mapping[str, str] | Sequence[str] | None = None,
+        validate_only: bool = False,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> Result:
+        """``kafka-client-metrics.sh --alter``: SET the given configs of one resource (others are kept)."""
+        ops = []
+        if metrics is not None:
+            ops.append(AlterConfigOp("metrics", OpType.SET, _list_value(metrics)))
+        if interval_ms is not None:
+            ops.append(AlterConfigOp("interval.ms", OpType.SET, str(interval_ms)))
+        if match is not None:
+            if isinstance(match, Mapping):
+                match = [f"{k}={v}" for k, v in match.items()]
+            ops.append(AlterConfigOp("match", OpType.SET, _list_value(match)))
+        if not ops:
+            raise InvalidRequestError(f"nothing to alter for client metrics {name!r}: give metrics, interval or match")
+        resource = ConfigResource(ConfigResourceType.CLIENT_METRICS, name)
+        return self.incremental_alter_configs(
+            [(resource, ops)], validate_only=validate_only, now_ms=now_ms, principal=principal, request_id=request_id
+        )[0]
+
+    def delete_client_metrics(
+        self, name: str, *, now_ms: int, principal: str = ANONYMOUS, request_id: str = ""
+    ) -> Result:
+        """``kafka-client-metrics.sh --delete``: DELETE every config of the resource, so it ceases to exist."""
+        current = self.image.client_metrics_resource(name) or {}
+        ops = [AlterConfigOp(key, OpType.DELETE) for key in sorted(current)]
+        resource = ConfigResource(ConfigResourceType.CLIENT_METRICS, name)
+        return self.incremental_alter_configs(
+            [(resource, ops)], now_ms=now_ms, principal=principal, request_id=request_id
+        )[0]
+
+    # --- reading ---------------------------------------------------------------------------------
+    def describe_client_quotas(
+        self, components: Iterable[ClientQuotaFilterComponent], *, strict: bool = False
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        with self._lock:
+            return describe_client_quotas(self.image, components, strict=strict)
+
+    def describe_configs(self, resource: ConfigResource) -> list[ConfigEntry]:
+        with self._lock:
+            return describe_configs(self.image, resource)
+
+    def list_client_metrics_resources(self) -> list[str]:
+        with self._lock:
+            return sorted(self.image.client_metrics())
+
+    # --- snapshots -------------------------------------------------------------------------------
+    def write_snapshot(self) -> Path:
+        """Write the current image as a snapshot at its end offset (idempotent for an unchanged image)."""
+        with self._lock:
+            image = self.image.copy()
+        return write_snapshot(self.directory, image.snapshot_header(), image.snapshot_events(), fsync=self._fsync)
+
+    def delete_segments_covered_by_snapshot(self) -> list[Path]:
+        """Delete the log segments the newest snapshot makes unnecessary for opening; history before it
+        is then only in snapshots (and the Spark history table)."""
+        snapshots = [end for end, _ in list_snapshots(self.directory) if end <= self.log.end_offset]
+        if not snapshots:
+            return []
+        return self.log.delete_segments_before(max(snapshots))
+
+    # --- audits ----------------------------------------------------------------------------------
+    def image_at(self, offset: int) -> ConfigImage:
+        """The image of the first ``offset`` events (offsets below ``offset``)."""
+        if not 0 <= offset <= self.log.end_offset:
+            raise ValueError(f"offset {offset} is outside the log [0, {self.log.end_offset}]")
+        return _load_image(self.directory, self.log, offset, self.image._max_applied_requests)
+
+    def image_at_time(self, time_ms: int) -> ConfigImage:
+        """The image as it was at ``time_ms``: every event committed at or before it."""
+        return self.image_at(self.log.offset_for_time(time_ms))
+
+    def history(
+        self,
+        *,
+        entity: Mapping[str, str | None] | EntityKey | None = None,
+        client_metrics: str | None = None,
+        resource: ConfigResource | None = None,
+        key: str | None = None,
+    ) -> list[HistoryEntry]:
+        """Every change (in offset order) of one client-quota entity, client-metrics resource or config
+        resource, optionally of one key, with old and new values."""
+        if sum(x is not None for x in (entity, client_metrics, resource)) != 1:
+            raise ValueError("history needs exactly one of entity, client_metrics or resource")
+        target = entity_key(entity) if isinstance(entity, Mapping) else entity
+        start = self.log.start_offset
+        base = self.image_at(start) if start else ConfigImage()
+        current: dict[str, object]
+        if target is not None:
+            current = dict(base.client_quota(target))
+        elif client_metrics is not None:
+            current = {"": base.client_metrics_resource(client_metrics)}
+        else:
+            assert resource is not None
+            current = dict(base.configs(resource.type, resource.name))
+        entries = []
+        for offset, event in self.log.read(start, self.image.end_offset):
+            change = _change_of(event, target, client_metrics, resource)
+            if change is None:
+                continue
+            name, new = change
+            if key is not None and name != key:
+                continue
+            old = current.get(name)
+            if old == new and event.WhichOneof("record") != "config":
+                continue
+            current[name] = new
+            entries.append(
+                HistoryEntry(offset, event.commit_time_ms, event.principal, event.request_id, name, old, new)
+            )
+        return entries
+
+    def provenance_event(self, config_key: tuple) -> tuple[int, pb.Event] | None:
+        """The (offset, event) that set the live value under ``config_key`` (see ``ConfigKey``)."""
+        provenance = self.image.provenance(config_key)
+        if provenance is None:
+            return None
+        for offset, event in self.log.read(provenance.offset, provenance.offset + 1):
+            return offset, event
+        return None
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def _check_request_id(request_id: str) -> None:
+    if not isinstance(request_id, str) or len(request_id) > 256:
+        raise InvalidRequestError("request_id must be a string of at most 256 characters")
+
+
+def _list_value(value: str | Sequence[str]) -> str:
+    return value if isinstance(value, str) else ",".join(value)
+
+
+def _change_of(
+    event: pb.Event,
+    entity: EntityKey | None,
+    client_metrics: str | None,
+    resource: ConfigResource | None,
+) -> tuple[str, object] | None:
+    kind = event.WhichOneof("record")
+    if kind == "client_quota" and entity is not None:
+        record = event.client_quota
+        key = entity_key((e.entity_type, e.entity_name if e.HasField("entity_name") else None) for e in record.entity)
+        if key != entity:
+            return None
+        return record.key, None if record.remove else record.value
+    if kind == "client_metrics" and client_metrics is not None:
+        record = event.client_metrics
+        if record.name != client_metrics:
+            return None
+        if record.delete:
+            return "", None
+        configs = {}
+        if record.HasField("metrics"):
+            configs["metrics"] = record.metrics
+        if record.HasField("interval_ms"):
+            configs["interval.ms"] = str(record.interval_ms)
+        if record.HasField("match"):
+            configs["match"] = record.match
+        return "", configs or None
+    if kind == "config" and resource is not None:
+        record = event.config
+        if record.resource_type != resource.type or record.resource_name != resource.name:
+            return None
+        return record.name, record.value if record.HasField("value") else None
+    return None
+
+
+def _load_image(directory: Path, event_log: EventLog, offset: int, max_applied_requests: int) -> ConfigImage:
+    """The image of the first ``offset`` events: the newest valid snapshot at or below ``offset`` whose
+    tail the log still holds, then the log up to ``offset``."""
+    image: ConfigImage | None = None
+    for end, path in reversed(list_snapshots(directory)):
+        if end > offset or (end < event_log.start_offset and end != offset):
+            continue
+        try:
+            header, frames = read_snapshot_batches(path)
+            image = ConfigImage.from_snapshot(header, frames, max_applied_requests=max_applied_requests)
+            break
+        except Exception as e:  # a snapshot is an optimisation: a bad one is skipped, loudly
+            log.warning("skipping snapshot %s: %s", path, e)
+    if image is None:
+        if event_log.start_offset > 0 and offset > 0:
+            raise HistoryCompactedError(
+                f"the log in {directory} starts at offset {event_log.start_offset} and no valid snapshot "
+                f"at or below offset {offset} covers the events before it"
+            )
+        image = ConfigImage(max_applied_requests=max_applied_requests)
+    if image.end_offset < offset:
+        for base_offset, columns in event_log.read_batches(image.end_offset, offset):
+            image.replay_columns(base_offset, columns)
+    if image.end_offset != offset:
+        raise RuntimeError(f"replay of {directory} reached offset {image.end_offset}, expected {offset}")
+    return image
