@@ -22,6 +22,7 @@ __all__ = [
     "InvalidConfigurationError",
     "InvalidRecordError",
     "InvalidRequestError",
+    "InvalidTopicError",
     "TelemetryTooLargeError",
     "ThrottlingQuotaExceededError",
     "UnknownSubscriptionIdError",
@@ -36,6 +37,7 @@ class Errors(IntEnum):
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
     CORRUPT_MESSAGE = 2
+    INVALID_TOPIC_EXCEPTION = 17
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35
     INVALID_CONFIG = 40
@@ -61,6 +63,12 @@ class ApiError(Exception):
 
 class ClusterAuthorizationFailedError(ApiError):
     error = Errors.CLUSTER_AUTHORIZATION_FAILED
+
+
+class InvalidTopicError(ApiError):
+    """INVALID_TOPIC_EXCEPTION (17): a topic name Kafka's ``Topic.validate`` refuses."""
+
+    error = Errors.INVALID_TOPIC_EXCEPTION
 
 
 class UnsupportedVersionError(ApiError):

@@ -411,7 +411,7 @@ def _alter_resource(image: ConfigImage, resource: ConfigResource, ops: Sequence[
     if not isinstance(name, str):
         raise InvalidRequestError(f"Invalid resource name {name!r}: expected a string")
     if rtype is ConfigResourceType.BROKER:
-        validate_broker_name(name)
+        name = validate_broker_name(name)
     elif rtype is ConfigResourceType.TOPIC:
         validate_topic_name(name)
     elif not name:
@@ -526,8 +526,7 @@ def describe_configs(image: ConfigImage, resource: ConfigResource) -> list[Confi
             ConfigEntry(key, own.get(key, spec.default), key not in own, False, spec.type, spec.doc)
             for key, spec in TOPIC_CONFIGS.items()
         ]
-    validate_broker_name(resource.name)
-    own = image.configs(rtype, resource.name)
+    own = image.configs(rtype, validate_broker_name(resource.name))
     cluster = image.configs(rtype, "")
     entries = []
     names = list(BROKER_CONFIGS) + sorted(k for k in {*own, *cluster} if k not in BROKER_CONFIGS)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
-from ..errors import InvalidConfigurationError, InvalidRequestError
+from ..errors import InvalidConfigurationError, InvalidRequestError, InvalidTopicError
 from ..quota._connection import parse_max_connections_per_ip_overrides
 from ..quota._replication import parse_throttled_replicas
 
@@ -259,8 +259,12 @@ def _known(resource_type: ConfigResourceType) -> str:
     return ", ".join([*BROKER_CONFIGS, f"{LISTENER_CONFIG_PREFIX}<listener>.{{{','.join(_LISTENER_KEYS)}}}"])
 
 
-def validate_broker_name(name: str) -> None:
-    """Kafka's ``validateBrokerName``: ``""`` (cluster default) or a non-negative base-10 node id."""
+def validate_broker_name(name: str) -> str:
+    """Kafka's ``validateBrokerName``: ``""`` (cluster default) or a non-negative base-10 node id.
+
+    Returns the name in canonical form (``"+1"`` and ``"01"`` are node ``"1"``, which Kafka also
+    accepts), so an override is stored under the name a node looks it up by.
+    """
     if not isinstance(name, str):
         raise InvalidRequestError(f"Invalid broker name {name!r}: expected a string")
     if name:
@@ -268,6 +272,8 @@ def validate_broker_name(name: str) -> None:
             raise InvalidRequestError("Unable to parse broker name as a base 10 number.")
         if int(name) < 0:
             raise InvalidRequestError("Invalid negative broker ID.")
+        return str(int(name))
+    return name
 
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")  # ASCII only, as Kafka
@@ -287,6 +293,4 @@ def validate_topic_name(name: str) -> None:
     elif not _LEGAL_TOPIC.fullmatch(name):
         reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
     if reason is not None:
-        # Kafka's Topic.validate message; Kafka's code is INVALID_TOPIC_EXCEPTION (17), which
-        # quotaplane.errors does not define yet, so this answers INVALID_REQUEST.
-        raise InvalidRequestError(f"Topic name is invalid: {reason}")
+        raise InvalidTopicError(f"Topic name is invalid: {reason}")  # Kafka's Topic.validate

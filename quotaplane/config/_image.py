@@ -377,66 +377,105 @@ class ConfigImage:
         skip = end - base_offset
         if skip >= len(kinds):
             return end
-        self._replay(list(range(base_offset, base_offset + len(kinds))), kinds, columns, skip)
+        self._replay(range(base_offset, base_offset + len(kinds)), kinds, columns, skip)
         self.end_offset = base_offset + len(kinds)
         return self.end_offset
 
-    def _replay(self, offsets: list[int], kinds: list[int], columns: pb.EventColumns, skip: int) -> None:
+    def _replay(self, offsets: list[int] | range, kinds: list[int], columns: pb.EventColumns, skip: int) -> None:
+        """Apply events ``skip..`` of a batch: one pass over plain lists for the records, one for request ids."""
         times = list(columns.commit_time_ms)
         principals = list(columns.principal)
         request_ids = list(columns.request_id)
-        q_entity = list(columns.quota_entity)
-        q_key = list(columns.quota_key)
-        q_value = list(columns.quota_value)
-        q_remove = list(columns.quota_remove)
+        quota_columns = (
+            list(columns.quota_entity),
+            list(columns.quota_key),
+            list(columns.quota_value),
+            list(columns.quota_remove),
+        )
+        if skip:
+            q = kinds[:skip].count(KIND_CLIENT_QUOTA)
+            quota_columns = tuple(column[q:] for column in quota_columns)  # type: ignore[assignment]
+            metrics_start = kinds[:skip].count(KIND_CLIENT_METRICS)
+            config_start = kinds[:skip].count(KIND_CONFIG)
+            offsets, kinds, times = offsets[skip:], kinds[skip:], times[skip:]
+            principals, request_ids = principals[skip:], request_ids[skip:]
+        else:
+            metrics_start = config_start = 0
+        if kinds.count(KIND_CLIENT_QUOTA) == len(kinds):  # the common batch: client quotas only
+            self._replay_quotas(zip(*quota_columns, offsets, times, principals, request_ids, strict=True))
+        else:
+            self._replay_mixed(
+                offsets, kinds, times, principals, request_ids, quota_columns, columns, metrics_start, config_start
+            )
+        self._remember_requests(offsets, request_ids)
+        self.last_commit_time_ms = times[-1]
+
+    def _replay_quotas(self, rows: Iterable[tuple[str, str, float, bool, int, int, str, str]]) -> None:
         quotas = self._quotas
         quota_provenance = self._quota_provenance
-        requests = self._applied_requests
-        qi = kinds[:skip].count(KIND_CLIENT_QUOTA)
-        mi = kinds[:skip].count(KIND_CLIENT_METRICS)
-        ci = kinds[:skip].count(KIND_CONFIG)
-        last_rid = None
-        span: list[int] = []
-        for i in range(skip, len(kinds)):
-            offset = offsets[i]
-            kind = kinds[i]
-            provenance = (offset, times[i], principals[i], request_ids[i])
+        for eid, key, value, remove, offset, time_ms, principal, request_id in rows:
+            values = quotas.get(eid)
+            if remove:
+                if values is not None and key in values:
+                    self._set_quota(eid, key, None, (offset, time_ms, principal, request_id))
+            elif values is None:
+                entity_of(eid)  # a non-canonical id is corruption: fail here, not on first use
+                quotas[eid] = {key: value}
+                quota_provenance[eid] = {key: (offset, time_ms, principal, request_id)}
+            else:
+                values[key] = value
+                quota_provenance[eid][key] = (offset, time_ms, principal, request_id)
+
+    def _replay_mixed(
+        self,
+        offsets: list[int] | range,
+        kinds: list[int],
+        times: list[int],
+        principals: list[str],
+        request_ids: list[str],
+        quota_columns: tuple[list, list, list, list],
+        columns: pb.EventColumns,
+        metrics_index: int,
+        config_index: int,
+    ) -> None:
+        quota_rows = zip(*quota_columns, strict=True)
+        for offset, kind, time_ms, principal, request_id in zip(
+            offsets, kinds, times, principals, request_ids, strict=True
+        ):
             if kind == KIND_CLIENT_QUOTA:
-                eid = q_entity[qi]
-                key = q_key[qi]
-                values = quotas.get(eid)
-                if q_remove[qi]:
-                    if values is not None and key in values:
-                        self._set_quota(eid, key, None, provenance)
-                elif values is None:
-                    entity_of(eid)  # a non-canonical id is corruption: fail here, not on first use
-                    quotas[eid] = {key: q_value[qi]}
-                    quota_provenance[eid] = {key: provenance}
-                else:
-                    values[key] = q_value[qi]
-                    quota_provenance[eid][key] = provenance
-                qi += 1
+                eid, key, value, remove = next(quota_rows)
+                self._replay_quotas([(eid, key, value, remove, offset, time_ms, principal, request_id)])
             elif kind == KIND_CLIENT_METRICS:
-                self._apply_client_metrics(columns.client_metrics[mi], provenance)
-                mi += 1
+                provenance = (offset, time_ms, principal, request_id)
+                self._apply_client_metrics(columns.client_metrics[metrics_index], provenance)
+                metrics_index += 1
             elif kind == KIND_CONFIG:
-                self._apply_config(offset, columns.config[ci], provenance)
-                ci += 1
+                provenance = (offset, time_ms, principal, request_id)
+                self._apply_config(offset, columns.config[config_index], provenance)
+                config_index += 1
             else:
                 raise CorruptEventError(f"the event at offset {offset} has an unknown record kind {kind}")
-            rid = request_ids[i]
-            if rid:
-                if rid == last_rid:  # the events of one request are consecutive: one lookup per request
-                    span[1] = offset
-                else:
-                    last_rid = rid
-                    span = requests.get(rid)
+
+    def _remember_requests(self, offsets: list[int] | range, request_ids: list[str]) -> None:
+        """Record each request's (first, last) offsets: one dict lookup per run of equal request ids."""
+        requests = self._applied_requests
+        previous: str | None = None
+        span: list[int] | None = None
+        last_offset = -1
+        for offset, request_id in zip(offsets, request_ids, strict=True):
+            if request_id != previous:
+                if span is not None:
+                    span[1] = last_offset
+                span = None
+                if request_id:
+                    span = requests.get(request_id)
                     if span is None:
-                        span = requests[rid] = [offset, offset]
-                    else:
-                        span[1] = offset
+                        span = requests[request_id] = [offset, offset]
+                previous = request_id
+            last_offset = offset
+        if span is not None:
+            span[1] = last_offset
         self._trim_requests()
-        self.last_commit_time_ms = times[-1]
 
     # --- snapshots -------------------------------------------------------------------------------
     def snapshot_header(self) -> pb.SnapshotHeader:
