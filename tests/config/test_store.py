@@ -206,3 +206,27 @@ def test_describe_after_alter_returns_what_was_altered(tmp_path: Path, requests)
             ]
             described = store.describe_client_quotas(components, strict=True)
             assert described == ([(dict(entity), quotas)] if quotas else [])
+
+
+def test_history_of_a_client_metrics_resource_and_of_a_broker_config(tmp_path: Path) -> None:
+    node = ConfigResource(ConfigResourceType.BROKER, "")
+    with ConfigStore.open(tmp_path) as store:
+        store.alter_client_metrics("sub", metrics="*", now_ms=T0, principal="User:a")
+        store.alter_client_metrics("other", metrics="*", now_ms=T0, principal="User:a")
+        store.alter_client_metrics("sub", interval_ms=1000, now_ms=T0 + 1, principal="User:b")
+        store.delete_client_metrics("sub", now_ms=T0 + 2, principal="User:c")
+        store.incremental_alter_configs([(node, [AlterConfigOp("max.connections", OpType.SET, "10")])], now_ms=T0 + 3)
+        store.incremental_alter_configs([(node, [AlterConfigOp("max.connections", OpType.DELETE)])], now_ms=T0 + 4)
+        metrics = store.history(client_metrics="sub")
+        assert [(h.offset, h.principal, h.key, h.old, h.new) for h in metrics] == [
+            (0, "User:a", "sub", None, {"metrics": "*"}),
+            (2, "User:b", "sub", {"metrics": "*"}, {"metrics": "*", "interval.ms": "1000"}),
+            (3, "User:c", "sub", {"metrics": "*", "interval.ms": "1000"}, None),
+        ]
+        configs = store.history(resource=node, key="max.connections")
+        assert [(h.offset, h.commit_time_ms, h.old, h.new) for h in configs] == [
+            (4, T0 + 3, None, "10"),
+            (5, T0 + 4, "10", None),
+        ]
+        with pytest.raises(ValueError, match="exactly one"):
+            store.history(client_metrics="sub", resource=node)
