@@ -23,7 +23,8 @@ What it measures, in one run on one temporary directory (``--dir``, default the 
 ``replay``
     The image replay (``ConfigImage.replay_columns``) of the ``read`` log: events/s with the garbage
     collector paused (as ``ConfigStore.open`` replays) and running, beside the ``read_batches``
-    baseline of the same run. Then the image's own snapshot (one entry per live key:
+    baseline of the same run; the replay of the ``snapshot`` figure's file (every event an entry).
+    Then the image's own snapshot (one entry per live key:
     15,000 entities here) and ``ConfigStore.open`` of the log with and without it (newest snapshot
     plus the tail versus every event), and the images compared.
 ``recovery``
@@ -301,6 +302,15 @@ def replay(b: Bench) -> dict:
         n = sum(len(columns.kind) for _, columns in log.read_batches())
         decode_s = time.perf_counter() - t
         assert n == b.events
+    # the snapshot of the ``snapshot`` figure holds every event as an entry: the worst case for a snapshot
+    assert b.snapshot_path is not None
+    gc.collect()
+    t = time.perf_counter()
+    with gc_paused():
+        header, frames = read_snapshot_batches(b.snapshot_path)
+        from_entries = ConfigImage.from_snapshot(header, frames)
+    every_entry_s = time.perf_counter() - t
+    assert from_entries.client_quotas() == image.client_quotas()
     directory = b.root / "replay"
     shutil.copytree(b.log_dir, directory, ignore=shutil.ignore_patterns(".lock", "*.torn-*"))
     t = time.perf_counter()
@@ -320,6 +330,7 @@ def replay(b: Bench) -> dict:
         "read_batches_baseline_events_per_s": round(b.events / decode_s),
         "replay_events_per_s": round(b.events / best[True]),
         "replay_events_per_s_gc_running": round(b.events / best[False]),
+        "replay_from_snapshot_of_every_event_entries_per_s": round(b.events / every_entry_s),
         "store_open_full_replay_s": round(full_open_s, 3),
         "snapshot_write_s": round(snapshot_write_s, 3),
         "snapshot_bytes": path.stat().st_size,
