@@ -1,16 +1,36 @@
 """The ``quotaplane`` command line.
 
 ``quotaplane demo`` drives real producers' traffic through the quota engine on a simulated clock and
-shows Kafka's throttling converging each client to its quota. Later commands (``up``, ``config``,
-``compact-log`` ...) are added here as their issues land.
+shows Kafka's throttling converging each client to its quota.
+
+The admin commands talk gRPC to an AdminService (``--bootstrap-server``, default ``$QUOTAPLANE_ADMIN``
+or 127.0.0.1:9093) and mirror Kafka's tools, so an operator's muscle memory carries over:
+
+- ``quotaplane quotas`` is ``kafka-configs.sh`` for client quotas (``--alter --add-config`` /
+  ``--delete-config``, ``--describe``, ``--entity-type users|clients|ips``, ``--entity-name`` /
+  ``--entity-default``), printing what kafka-configs.sh prints;
+- ``quotaplane client-metrics`` is ``kafka-client-metrics.sh`` (``--alter [--generate-name]``,
+  ``--describe``, ``--delete``, ``--list``);
+- ``quotaplane log`` inspects the config event log: ``history`` of an entity or resource (who changed
+  what, when) and ``image --at TIME`` (the client quotas as they were then), ``offsets``.
+
+Errors are one line on stderr (``Error: ...``) and an exit code: 1 for a request Kafka (or the tool)
+refuses, 2 for usage errors (argparse), 3 when the admin service cannot be reached. Later commands
+(``up``, ``compact-log`` ...) are added here as their issues land.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import decimal
 import heapq
 import json
+import math
+import os
+import re
 import sys
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -116,6 +136,451 @@ def _print_demo(report: dict) -> None:
     )
 
 
+# --- admin commands (kafka-configs.sh, kafka-client-metrics.sh, the config log) ------------------------
+_DEFAULT_BOOTSTRAP = "127.0.0.1:9093"
+_TIMEOUT_S = 30.0
+#: kafka-configs.sh's entity types for client quotas, and the entity type each one names.
+_QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+#: How kafka-configs.sh names each entity type when it describes quotas.
+_DESCRIBED_TYPE = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+_EXIT_REFUSED, _EXIT_UNREACHABLE = 1, 3
+
+
+class _CliError(Exception):
+    """A request refused by the service or by the tool's own checks: ``Error: <message>``, exit 1."""
+
+
+def _java_double(value: float) -> str:
+    """Java's ``Double.toString``, as kafka-configs.sh prints quota values (1048576.0, 1.0E7)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    if 1e-3 <= abs(value) < 1e7:
+        return repr(value)  # Python's repr is the shortest round-trip decimal, fixed-point in this range
+    sign, digits, exponent = decimal.Decimal(repr(value)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    assert isinstance(exponent, int)
+    power = exponent + len(digits) - 1
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{power}"
+
+
+def _iso_ms(time_ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(time_ms // 1000, datetime.UTC).replace(microsecond=time_ms % 1000 * 1000)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _time_ms(text: str) -> int:
+    """A time given as epoch milliseconds or ISO 8601 (a time without zone is UTC)."""
+    text = text.strip()
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: expected ISO 8601 (2024-05-01T12:00:00Z) or milliseconds since the epoch"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return (moment - epoch) // datetime.timedelta(milliseconds=1)
+
+
+def _split_configs(text: str) -> list[str]:
+    """kafka-configs.sh's config list: comma-separated, commas inside [...] kept (``k=[a,b],k2=v``)."""
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(0, depth - 1)
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _quota_additions(text: str | None) -> dict[str, float]:
+    additions: dict[str, float] = {}
+    for item in _split_configs(text or ""):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _CliError('Invalid entity config: all configs to be added must be in the format "key=val".')
+        key, value = key.strip(), value.strip()
+        try:
+            additions[key] = float(value)
+        except ValueError:
+            raise _CliError(f"Cannot parse quota configuration value for {key}: {value}") from None
+    return additions
+
+
+def _entity_pairs(
+    parser: argparse.ArgumentParser, types: Sequence[str] | None, names: Sequence[str] | None
+) -> list[tuple[str, str | None]]:
+    """kafka-configs.sh's pairing of ``--entity-type`` with ``--entity-name`` / ``--entity-default`` (in the
+    order given; "" is the default; a type without a name is ``None``: any name)."""
+    types, names = list(types or ()), list(names or ())
+    if len(names) > len(types):
+        parser.error("More entity names specified than entity types")
+    return [(t, names[i] if i < len(names) else None) for i, t in enumerate(types)]
+
+
+def _describe_components(pairs: Sequence[tuple[str, str | None]]) -> list:
+    from quotaplane.v1 import admin_pb2 as pb
+
+    components = []
+    for entity_type, name in pairs:
+        component = pb.DescribeClientQuotasRequest.ComponentData(entity_type=_QUOTA_ENTITY_TYPES[entity_type])
+        if name is None:
+            component.match_type = pb.MATCH_TYPE_SPECIFIED
+        elif name == "":
+            component.match_type = pb.MATCH_TYPE_DEFAULT
+        else:
+            component.match_type, component.match = pb.MATCH_TYPE_EXACT, name
+        components.append(component)
+    return components
+
+
+def _quota_line(entry: object) -> str:
+    """kafka-configs.sh's describe line: ``Quota configs for user-principal 'alice' are k=v, ...``."""
+    names = {e.entity_type: (e.entity_name if e.HasField("entity_name") else None) for e in entry.entity}  # type: ignore[attr-defined]
+    parts = []
+    for entity_type in ("user", "client-id", "ip"):
+        if entity_type in names:
+            shown = _DESCRIBED_TYPE[entity_type]
+            name = names[entity_type]
+            parts.append(f"the default {shown}" if name is None else f"{shown} '{name}'")
+    values = ", ".join(f"{v.key}={_java_double(v.value)}" for v in entry.values)  # type: ignore[attr-defined]
+    return f"Quota configs for {', '.join(parts)} are {values}"
+
+
+def _print_quotas(entries: Sequence[object]) -> None:
+    for line in sorted(_quota_line(e) for e in entries):
+        print(line)
+
+
+class _AdminClient:
+    """One channel to the AdminService; every call carries the principal and a deadline."""
+
+    def __init__(self, address: str, principal: str | None) -> None:
+        import grpc
+        from quotaplane.services.admin import PRINCIPAL_METADATA
+        from quotaplane.v1 import admin_pb2_grpc
+
+        self.address = address
+        self._channel = grpc.insecure_channel(address)
+        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self._metadata = ((PRINCIPAL_METADATA, principal),) if principal else ()
+
+    def __getattr__(self, rpc: str):  # AdminService's methods, with the deadline and metadata applied
+        method = getattr(self._stub, rpc)
+        return lambda request: method(request, timeout=_TIMEOUT_S, metadata=self._metadata)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def _check_result(error_code: int, message: str) -> None:
+    if error_code:
+        raise _CliError(message or f"Kafka error code {error_code}")
+
+
+def _run_quotas(parser: argparse.ArgumentParser, args: argparse.Namespace, admin: _AdminClient) -> int:
+    from quotaplane.v1 import admin_pb2 as pb
+    from quotaplane.v1 import config_events_pb2 as events_pb
+
+    pairs = _entity_pairs(parser, args.entity_type, args.entity_names)
+    if args.describe:
+        if args.add_config or args.delete_config:
+            parser.error("--add-config and --delete-config are only valid with --alter")
+        request = pb.DescribeClientQuotasRequest(components=_describe_components(pairs), strict=bool(pairs))
+        _print_quotas(admin.DescribeClientQuotas(request).entries)
+        return 0
+    if not pairs or any(name is None for _, name in pairs):
+        parser.error("an entity name must be specified with --alter of users, clients, ips")
+    if not args.add_config and not args.delete_config:
+        parser.error("At least one of --add-config or --delete-config must be specified with --alter")
+    additions = _quota_additions(args.add_config)
+    deletions = [key.strip() for key in (args.delete_config or "").split(",") if key.strip()]
+    # as kafka-configs.sh: deleting a key the entity does not have is an error, not a silent no-op
+    current = admin.DescribeClientQuotas(
+        pb.DescribeClientQuotasRequest(components=_describe_components(pairs), strict=True)
+    ).entries
+    present = {v.key for entry in current for v in entry.values}
+    missing = [key for key in deletions if key not in present]
+    if missing:
+        raise _CliError(f"Invalid config(s): {','.join(missing)}")
+    entity = []
+    for entity_type, name in pairs:
+        data = events_pb.EntityData(entity_type=_QUOTA_ENTITY_TYPES[entity_type])
+        if name:
+            data.entity_name = name
+        entity.append(data)
+    ops = [pb.AlterClientQuotasRequest.OpData(key=k, value=v) for k, v in additions.items()]
+    ops += [pb.AlterClientQuotasRequest.OpData(key=k) for k in deletions]
+    response = admin.AlterClientQuotas(
+        pb.AlterClientQuotasRequest(
+            entries=[pb.AlterClientQuotasRequest.EntryData(entity=entity, ops=ops)], request_id=str(uuid.uuid4())
+        )
+    )
+    for entry in response.entries:
+        _check_result(entry.error_code, entry.error_message)
+    head_type, head_name = pairs[0]
+    if head_name:
+        print(f"Completed updating config for {head_type[:-1]} {head_name}.")
+    else:
+        print(f"Completed updating default config for {head_type} in the cluster.")
+    return 0
+
+
+def _client_metrics_configs(admin: _AdminClient, name: str) -> list:
+    from quotaplane.v1 import admin_pb2 as pb
+
+    resource = pb.DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=pb.RESOURCE_TYPE_CLIENT_METRICS, resource_name=name
+    )
+    [result] = admin.DescribeConfigs(pb.DescribeConfigsRequest(resources=[resource])).results
+    _check_result(result.error_code, result.error_message)
+    return list(result.configs)
+
+
+def _run_client_metrics(parser: argparse.ArgumentParser, args: argparse.Namespace, admin: _AdminClient) -> int:
+    from quotaplane.v1 import admin_pb2 as pb
+
+    if not args.alter and (
+        args.generate_name or args.metrics is not None or args.interval is not None or args.match is not None
+    ):
+        parser.error("--generate-name, --metrics, --interval and --match are only valid with --alter")
+    if args.list:
+        if args.name:
+            parser.error("--name is not valid with --list")
+        listed = admin.ListClientMetricsResources(pb.ListClientMetricsResourcesRequest())
+        for resource in listed.client_metrics_resources:
+            print(resource.name)
+        return 0
+    if args.describe:
+        if args.name:
+            names = [args.name]
+        else:
+            listed = admin.ListClientMetricsResources(pb.ListClientMetricsResourcesRequest())
+            names = [r.name for r in listed.client_metrics_resources]
+        for name in names:
+            configs = _client_metrics_configs(admin, name)
+            if not configs:
+                print(f"The client metric resource {name} doesn't exist and doesn't have dynamic config.")
+                continue
+            print(f"Client metrics configs for {name} are:")
+            for config in configs:
+                print(f"  {config.name}={config.value}")
+        return 0
+    set_, delete = pb.ALTER_CONFIG_OP_TYPE_SET, pb.ALTER_CONFIG_OP_TYPE_DELETE
+    Config = pb.IncrementalAlterConfigsRequest.AlterableConfig
+    if args.delete:
+        if not args.name:
+            parser.error("--name must be specified with --delete")
+        name = args.name
+        configs = [Config(name=c.name, config_operation=delete) for c in _client_metrics_configs(admin, name)]
+        done = f"Deleted client metrics config for {name}."
+    else:
+        if bool(args.name) == bool(args.generate_name):
+            parser.error("exactly one of --name or --generate-name must be specified with --alter")
+        name = args.name or str(uuid.uuid4())
+        # as kafka-client-metrics.sh: an empty value deletes the config
+        given = {"interval.ms": args.interval, "metrics": args.metrics, "match": args.match}
+        configs = [
+            Config(name=key, config_operation=set_, value=value) if value else Config(name=key, config_operation=delete)
+            for key, value in given.items()
+            if value is not None
+        ]
+        done = f"Altered client metrics config for {name}."
+    resource = pb.IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=pb.RESOURCE_TYPE_CLIENT_METRICS, resource_name=name, configs=configs
+    )
+    response = admin.IncrementalAlterConfigs(
+        pb.IncrementalAlterConfigsRequest(resources=[resource], request_id=str(uuid.uuid4()))
+    )
+    for result in response.responses:
+        _check_result(result.error_code, result.error_message)
+    print(done)
+    return 0
+
+
+def _history_value(value: object) -> str:
+    kind = value.WhichOneof("value")  # type: ignore[attr-defined]
+    if kind is None:
+        return "(unset)"
+    if kind == "quota_value":
+        return _java_double(value.quota_value)  # type: ignore[attr-defined]
+    if kind == "config_value":
+        return value.config_value  # type: ignore[attr-defined]
+    record = value.client_metrics  # type: ignore[attr-defined]
+    shown = []
+    if record.HasField("metrics"):
+        shown.append(f"metrics={record.metrics}")
+    if record.HasField("interval_ms"):
+        shown.append(f"interval.ms={record.interval_ms}")
+    if record.HasField("match"):
+        shown.append(f"match={record.match}")
+    return "{" + ", ".join(shown) + "}"
+
+
+def _run_log(parser: argparse.ArgumentParser, args: argparse.Namespace, admin: _AdminClient) -> int:
+    from quotaplane.v1 import admin_pb2 as pb
+    from quotaplane.v1 import config_events_pb2 as events_pb
+
+    if args.log_command == "offsets":
+        offsets = admin.GetLogOffsets(pb.GetLogOffsetsRequest())
+        print(f"Log start offset: {offsets.start_offset}")
+        print(f"Log end offset: {offsets.end_offset}")
+        return 0
+    if args.log_command == "image":
+        pairs = _entity_pairs(parser, args.entity_type, args.entity_names)
+        image = admin.DescribeClientQuotasAt(
+            pb.DescribeClientQuotasAtRequest(
+                time_ms=args.at, components=_describe_components(pairs), strict=bool(pairs)
+            )
+        )
+        print(f"Client quotas at {_iso_ms(args.at)} (log offsets below {image.end_offset}):")
+        _print_quotas(image.entries)
+        return 0
+    pairs = _entity_pairs(parser, args.entity_type, args.entity_names)
+    request = pb.EntityHistoryRequest()
+    if args.key is not None:
+        request.key = args.key
+    if args.client_metrics is not None:
+        if pairs:
+            parser.error("give either --client-metrics or --entity-type, not both")
+        request.client_metrics = args.client_metrics
+    elif not pairs:
+        parser.error("give --entity-type with --entity-name or --entity-default, or --client-metrics")
+    elif any(name is None for _, name in pairs):
+        parser.error("an entity name (--entity-name or --entity-default) must be given for every --entity-type")
+    elif any(t in ("brokers", "topics") for t, _ in pairs):
+        if len(pairs) != 1:
+            parser.error("brokers and topics cannot be combined with other entity types")
+        [(entity_type, name)] = pairs
+        if entity_type == "topics" and not name:
+            parser.error("topics have no default entity: give --entity-name")
+        resource_type = pb.RESOURCE_TYPE_BROKER if entity_type == "brokers" else pb.RESOURCE_TYPE_TOPIC
+        request.resource.resource_type, request.resource.resource_name = resource_type, name or ""
+    else:
+        for entity_type, name in pairs:
+            data = events_pb.EntityData(entity_type=_QUOTA_ENTITY_TYPES[entity_type])
+            if name:
+                data.entity_name = name
+            request.entity.entity.append(data)
+    for entry in admin.EntityHistory(request).entries:
+        print(
+            f"{entry.offset}  {_iso_ms(entry.commit_time_ms)}  {entry.principal}  {entry.request_id or '-'}  "
+            f"{entry.key}: {_history_value(entry.old_value)} -> {_history_value(entry.new_value)}"
+        )
+    return 0
+
+
+def _add_entity_options(parser: argparse.ArgumentParser, types: Sequence[str]) -> None:
+    parser.add_argument(
+        "--entity-type", action="append", choices=types, help=f"entity type ({', '.join(types)}); repeatable"
+    )
+    parser.add_argument("--entity-name", action="append", dest="entity_names", help="name of the entity")
+    parser.add_argument(
+        "--entity-default",
+        action="append_const",
+        const="",
+        dest="entity_names",
+        help="the default entity of the matching --entity-type",
+    )
+
+
+def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
+    connection = argparse.ArgumentParser(add_help=False)
+    connection.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        default=os.environ.get("QUOTAPLANE_ADMIN") or _DEFAULT_BOOTSTRAP,
+        help=f"the AdminService to talk to (default $QUOTAPLANE_ADMIN or {_DEFAULT_BOOTSTRAP})",
+    )
+    connection.add_argument(
+        "--principal",
+        default=os.environ.get("QUOTAPLANE_PRINCIPAL"),
+        help="the principal recorded with changes, e.g. User:alice (default $QUOTAPLANE_PRINCIPAL, else "
+        "the server's User:ANONYMOUS)",
+    )
+
+    quotas = commands.add_parser(
+        "quotas", parents=[connection], help="alter and describe client quotas (kafka-configs.sh)"
+    )
+    action = quotas.add_mutually_exclusive_group(required=True)
+    action.add_argument("--alter", action="store_true", help="alter the quotas of an entity")
+    action.add_argument("--describe", action="store_true", help="describe the quotas of matching entities")
+    _add_entity_options(quotas, list(_QUOTA_ENTITY_TYPES))
+    quotas.add_argument("--add-config", metavar="K=V,...", help="quotas to set, e.g. producer_byte_rate=1048576")
+    quotas.add_argument("--delete-config", metavar="K,...", help="quota keys to remove")
+    quotas.set_defaults(admin_handler=_run_quotas, admin_parser=quotas)
+
+    metrics = commands.add_parser(
+        "client-metrics",
+        parents=[connection],
+        help="manage KIP-714 client-metrics resources (kafka-client-metrics.sh)",
+    )
+    action = metrics.add_mutually_exclusive_group(required=True)
+    action.add_argument("--alter", action="store_true", help="create or alter a resource")
+    action.add_argument("--describe", action="store_true", help="describe one resource (--name) or all")
+    action.add_argument("--delete", action="store_true", help="delete a resource")
+    action.add_argument("--list", action="store_true", help="list the resources' names")
+    metrics.add_argument("--name", help="the resource's name")
+    metrics.add_argument("--generate-name", action="store_true", help="--alter: name a new resource with a UUID")
+    metrics.add_argument("--metrics", help="comma-separated metric-name prefixes ('*': all; '': delete)")
+    metrics.add_argument("--interval", metavar="MS", help="push interval in ms ('': delete)")
+    metrics.add_argument("--match", help="comma-separated selector=regex pairs, e.g. client_software_name=x")
+    metrics.set_defaults(admin_handler=_run_client_metrics, admin_parser=metrics)
+
+    log_ = commands.add_parser("log", help="inspect the config event log")
+    log_commands = log_.add_subparsers(dest="log_command", required=True, metavar="LOG_COMMAND")
+    history = log_commands.add_parser(
+        "history", parents=[connection], help="every change of an entity or resource: when, who, old -> new"
+    )
+    _add_entity_options(history, [*_QUOTA_ENTITY_TYPES, "brokers", "topics"])
+    history.add_argument("--client-metrics", metavar="NAME", help="a client-metrics resource")
+    history.add_argument("--key", help="only the changes of this key")
+    history.set_defaults(admin_handler=_run_log, admin_parser=history)
+    image = log_commands.add_parser("image", parents=[connection], help="the client quotas as they were at a time")
+    image.add_argument(
+        "--at", required=True, type=_time_ms, metavar="TIME", help="ISO 8601 (UTC if no zone) or epoch ms"
+    )
+    _add_entity_options(image, list(_QUOTA_ENTITY_TYPES))
+    image.set_defaults(admin_handler=_run_log, admin_parser=image)
+    offsets = log_commands.add_parser("offsets", parents=[connection], help="the log's start and end offsets")
+    offsets.set_defaults(admin_handler=_run_log, admin_parser=offsets)
+
+
+def _run_admin(args: argparse.Namespace) -> int:
+    """Run an admin command: its errors become one line on stderr and an exit code, never a traceback."""
+    import grpc
+
+    admin = _AdminClient(args.bootstrap_server, args.principal)
+    try:
+        return args.admin_handler(args.admin_parser, args, admin)
+    except _CliError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return _EXIT_REFUSED
+    except grpc.RpcError as e:
+        code = e.code() if isinstance(e, grpc.Call) else None
+        details = ((e.details() if isinstance(e, grpc.Call) else None) or str(code)).splitlines()[0]
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            print(f"Error: cannot reach the admin service at {admin.address}: {details}", file=sys.stderr)
+            return _EXIT_UNREACHABLE
+        print(f"Error: {details}", file=sys.stderr)
+        return _EXIT_REFUSED
+    finally:
+        admin.close()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quotaplane", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"quotaplane {__version__}")
@@ -123,20 +588,26 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="drive simulated producers through the quota engine")
     demo.add_argument("--seconds", type=_positive_int, default=30, help="simulated seconds (default 30)")
     demo.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_admin_commands(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "demo":
-        report = _run_demo(args.seconds)
-        if args.json:
-            json.dump(report, sys.stdout, indent=2)
-            print()
-        else:
-            _print_demo(report)
-        return 0
-    return 2  # unreachable: argparse rejects unknown commands
+    try:
+        if args.command == "demo":
+            report = _run_demo(args.seconds)
+            if args.json:
+                json.dump(report, sys.stdout, indent=2)
+                print()
+            else:
+                _print_demo(report)
+            return 0
+        return _run_admin(args)
+    except BrokenPipeError:  # `quotaplane ... | head`: the reader left; exit quietly as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
