@@ -46,6 +46,7 @@ from ._client_quotas import (
     validate_entity,
     validate_quota_key_value,
 )
+from ._columns import decode_columns, encode_events, entity_id, entity_of, events_of
 from ._dynamic_configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigResourceType, ConfigType
 from ._image import (
     ClientMetricsChange,
@@ -57,7 +58,16 @@ from ._image import (
     OffsetGapError,
     Provenance,
 )
-from ._log import EventLog
+from ._log import (
+    CorruptLogError,
+    EventLog,
+    EventLogClosedError,
+    EventLogError,
+    EventLogFailedError,
+    EventLogLockedError,
+    OffsetOutOfRangeError,
+)
+from ._snapshot_file import CorruptSnapshotError
 from ._store import ANONYMOUS, ConfigStore, HistoryCompactedError, HistoryEntry
 
 __all__ = [
@@ -82,24 +92,36 @@ __all__ = [
     "ConfigStore",
     "ConfigType",
     "CorruptEventError",
+    "CorruptLogError",
+    "CorruptSnapshotError",
     "EntityKey",
     "EventLog",
+    "EventLogClosedError",
+    "EventLogError",
+    "EventLogFailedError",
+    "EventLogLockedError",
     "HistoryCompactedError",
     "HistoryEntry",
     "ManagerBinding",
     "MatchType",
     "OffsetGapError",
+    "OffsetOutOfRangeError",
     "OpType",
     "Plan",
     "Provenance",
     "Result",
     "StartupConfigs",
     "changes_between",
+    "decode_columns",
     "describe_client_quotas",
     "describe_configs",
     "effective_broker_config",
+    "encode_events",
+    "entity_id",
     "entity_key",
     "entity_map",
+    "entity_of",
+    "events_of",
     "is_valid_ip_entity",
     "plan_alter_client_quotas",
     "plan_incremental_alter_configs",

@@ -125,6 +125,11 @@ class ConfigStore:
     def end_offset(self) -> int:
         return self.image.end_offset
 
+    def image_copy(self) -> ConfigImage:
+        """A consistent copy of the image (no commit half-applied), for readers on other threads."""
+        with self._lock:
+            return self.image.copy()
+
     def subscribe(self, listener: DeltaListener) -> None:
         """Call ``listener(delta)`` for every event applied from now on (in offset order)."""
         with self._lock:
@@ -262,8 +267,7 @@ class ConfigStore:
     # --- snapshots -------------------------------------------------------------------------------
     def write_snapshot(self) -> Path:
         """Write the current image as a snapshot at its end offset (idempotent for an unchanged image)."""
-        with self._lock:
-            image = self.image.copy()
+        image = self.image_copy()
         return write_snapshot(self.directory, image.snapshot_header(), image.snapshot_events(), fsync=self._fsync)
 
     def delete_segments_covered_by_snapshot(self) -> list[Path]:

@@ -1,0 +1,281 @@
+"""ShardActor: the Ray actor hosting the core quota managers for one slice of the entities.
+
+A shard keeps a full :class:`~quotaplane.config.ConfigImage` (config is small; usage is what is
+sharded) and the managers built from it: the client quota managers (``build_quota_managers``), the
+KIP-936 ``ProducerIdQuotaManager`` and ``ConnectionQuotas``, all sharing one metrics registry, and a
+``ManagerBinding`` that applies every config change to them in place, so a quota change never resets
+the usage already recorded.
+
+**Config stream.** At start the shard pulls the whole log from the controller (``read_from``; a
+``snapshot()`` when the log no longer starts at 0), builds its managers from the image it reached
+(``startup_configs``: quota windows and other start-up keys are read only here, as in Kafka), then
+subscribes. Pushed batches are applied strictly in offset order: what it already has is skipped; a gap
+(a lost push) makes it pull the missing events from the controller first. Every event goes through
+``image.apply`` and ``binding.apply``.
+
+**Hot path.** Batches only: ``record_batch(quota_type, items, now_ms)`` and
+``record_producer_ids(items, now_ms)`` call the core's batch methods, which validate every item before
+recording any, so a bad batch raises (through Ray, as the core's ValueError) and changes nothing.
+
+**Restarts.** ``max_restarts=-1``: after a crash Ray starts the actor again with the same arguments and
+it rebuilds from the log. **Usage is lost on a crash**: sensors live in the process only, so a restarted
+shard answers as if its clients had been idle (quotas are rates over ~11 s windows by default, so this
+forgives at most one window of overuse).
+
+The actor runs one call at a time (Ray's default for a synchronous actor): the core is single-threaded
+by design, and a catch-up pull blocks the shard's queue only for the time of that pull.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from quotaplane.config import (
+    ConfigImage,
+    ManagerBinding,
+    OffsetOutOfRangeError,
+    changes_between,
+    decode_columns,
+    events_of,
+    startup_configs,
+)
+from quotaplane.quota import (
+    ConnectionQuotas,
+    ConnectionQuotasConfig,
+    ProducerIdItem,
+    ProducerIdQuotaManager,
+    QuotaType,
+    UsageItem,
+    build_quota_managers,
+)
+
+from .controller import wall_clock_ms
+
+__all__ = ["ShardActor", "start_shard"]
+
+_CLIENT_QUOTA_TYPES = (QuotaType.PRODUCE, QuotaType.FETCH)
+T = TypeVar("T")
+
+
+def _is_out_of_range(error: BaseException) -> bool:
+    if isinstance(error, OffsetOutOfRangeError):
+        return True
+    return isinstance(error, RayTaskError) and isinstance(getattr(error, "cause", None), OffsetOutOfRangeError)
+
+
+class ShardActor:
+    """Managers for one shard, kept in step with the controller's log."""
+
+    def __init__(
+        self,
+        shard_id: str | int,
+        controller: Any,
+        node_id: int | None = None,
+        *,
+        catch_up_events: int = 10_000,
+        controller_timeout_s: float = 30.0,
+    ) -> None:
+        self.shard_id = shard_id
+        self.node_id = node_id
+        self._controller = controller
+        self._catch_up_events = catch_up_events
+        self._controller_timeout_s = controller_timeout_s
+        self._started_ms = wall_clock_ms()
+        self._catch_ups = 0
+        self._snapshot_loads = 0
+        self.image = self._initial_image()
+        self._build_managers(self._started_ms)
+        self._subscribe()
+
+    # --- start ---------------------------------------------------------------------------------------
+    def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A call to the controller, retried while Ray restarts it (its errors are raised at once)."""
+        deadline = time.monotonic() + self._controller_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return ray.get(method.remote(*args, **kwargs), timeout=self._controller_timeout_s)
+            except RayActorError:
+                if time.monotonic() + delay >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _initial_image(self) -> ConfigImage:
+        """The controller's image as of now: the log replayed from 0 (fast path, no deltas: there are no
+        managers yet), or a snapshot and then the log when the log's beginning was deleted."""
+        image = ConfigImage()
+        try:
+            self._pull_into(image)
+        except Exception as e:
+            if not _is_out_of_range(e):
+                raise
+            image = self._call(self._controller.snapshot).to_image()
+            self._snapshot_loads += 1
+            self._pull_into(image)
+        return image
+
+    def _pull_into(self, image: ConfigImage) -> None:
+        while True:
+            batches = self._call(self._controller.read_from, image.end_offset, self._catch_up_events)
+            if not batches:
+                return
+            for base, payload in batches:
+                image.replay_columns(base, decode_columns(payload))
+
+    def _build_managers(self, now_ms: int) -> None:
+        startup = startup_configs(self.image, self.node_id)
+        self.quotas = build_quota_managers(startup.quota, now_ms=now_ms)
+        metrics = self.quotas.metrics
+        self.producer_ids = ProducerIdQuotaManager(startup.producer_ids, metrics=metrics)
+        self.connections = ConnectionQuotas(
+            ConnectionQuotasConfig.from_configs(startup.connection_configs), now_ms=now_ms, metrics=metrics
+        )
+        self.binding = ManagerBinding(
+            quotas=self.quotas, connections=self.connections, producer_ids=self.producer_ids, node_id=self.node_id
+        )
+        self.binding.load(self.image)
+
+    def _subscribe(self) -> None:
+        context = ray.get_runtime_context()
+        name = context.get_actor_name() or None
+        namespace = context.namespace if name else None
+        self._call(
+            self._controller.subscribe, context.current_actor, self.image.end_offset, name=name, namespace=namespace
+        )
+
+    # --- the config stream ---------------------------------------------------------------------------
+    def apply_batch(self, base_offset: int, payload: bytes) -> int:
+        """Apply a pushed batch (events at ``base_offset``, ``base_offset + 1``, ...) in offset order and
+        return the applied offset. Events already applied are skipped; on a gap the missing events are
+        pulled from the controller first."""
+        if isinstance(base_offset, bool) or not isinstance(base_offset, int) or base_offset < 0:
+            raise ValueError(f"base_offset must be a non-negative int, got {base_offset!r}")
+        if not isinstance(payload, bytes):
+            raise ValueError(f"payload must be EventColumns bytes, got {type(payload).__name__}")
+        columns = decode_columns(payload)
+        count = len(columns.kind)
+        if base_offset + count <= self.image.end_offset:
+            return self.image.end_offset
+        if base_offset > self.image.end_offset:
+            self._catch_up(base_offset + count)
+            if base_offset + count <= self.image.end_offset:
+                return self.image.end_offset
+        self._apply_events(base_offset, events_of(columns))
+        return self.image.end_offset
+
+    def notify_end_offset(self, end_offset: int) -> int:
+        """The controller's log reaches ``end_offset``: pull whatever this shard is missing."""
+        if end_offset > self.image.end_offset:
+            self._catch_up(end_offset)
+        return self.image.end_offset
+
+    def _apply_events(self, base_offset: int, events: Sequence[Any]) -> None:
+        image, binding = self.image, self.binding
+        for offset, event in enumerate(events, base_offset):
+            if offset < image.end_offset:
+                continue
+            binding.apply(image.apply(offset, event), image)
+
+    def _catch_up(self, target: int) -> None:
+        """Pull events up to at least ``target`` (or the controller's end) and apply them as deltas."""
+        self._catch_ups += 1
+        while self.image.end_offset < target:
+            try:
+                batches = self._call(self._controller.read_from, self.image.end_offset, self._catch_up_events)
+            except Exception as e:
+                if not _is_out_of_range(e):
+                    raise
+                self._load_snapshot()
+                continue
+            if not batches:
+                return
+            for base, payload in batches:
+                self._apply_events(base, events_of(decode_columns(payload)))
+
+    def _load_snapshot(self) -> None:
+        """Jump to the controller's current image; the managers get the differences, in place."""
+        new = self._call(self._controller.snapshot).to_image()
+        if new.end_offset <= self.image.end_offset:
+            raise RuntimeError(
+                f"shard {self.shard_id}: the controller's snapshot ends at {new.end_offset}, "
+                f"not past this shard's offset {self.image.end_offset}"
+            )
+        self.binding.apply_changes(changes_between(self.image, new), new)
+        self.image = new
+        self._snapshot_loads += 1
+
+    def applied_offset(self) -> int:
+        """The offset of the next event this shard expects (= events applied)."""
+        return self.image.end_offset
+
+    # --- the hot path ----------------------------------------------------------------------------------
+    def record_batch(self, quota_type: str | QuotaType, items: Sequence[UsageItem], now_ms: int) -> list[int]:
+        """Record produce or fetch usage ``(user, client_id, value[, now_ms])``; the throttle time of each
+        item in ms, in order, exactly as one-by-one calls to the core would give."""
+        parsed = QuotaType.parse(quota_type)
+        if parsed not in _CLIENT_QUOTA_TYPES:
+            raise ValueError(f"record_batch takes PRODUCE or FETCH usage, not {parsed.name}")
+        _check_batch(items)
+        return self.quotas.client_manager(parsed).record_batch(items, now_ms)
+
+    def record_producer_ids(self, items: Sequence[ProducerIdItem], now_ms: int) -> list[int]:
+        """KIP-936: ``(user, producer_id[, now_ms])`` items; the throttle time of each in ms."""
+        _check_batch(items)
+        return self.producer_ids.record_batch(items, now_ms)
+
+    # --- introspection ---------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """Identity and progress: ``pid`` and ``started_ms`` change when Ray restarts the shard."""
+        return {
+            "shard_id": self.shard_id,
+            "node_id": self.node_id,
+            "pid": os.getpid(),
+            "started_ms": self._started_ms,
+            "applied_offset": self.image.end_offset,
+            "catch_ups": self._catch_ups,
+            "snapshot_loads": self._snapshot_loads,
+            "restart_required": sorted(self.binding.restart_required),
+        }
+
+    def client_quotas(self) -> dict[str, dict[str, float]]:
+        """The image's client quotas, keyed by the entity's string form (for checks and tools)."""
+        return {repr(entity): dict(values) for entity, values in self.image.client_quotas().items()}
+
+
+def _check_batch(items: object) -> None:
+    if not isinstance(items, list | tuple):
+        raise ValueError(f"a batch must be a list of items, got {type(items).__name__}")
+    if not items:
+        raise ValueError("empty batch: send at least one item (one actor call costs ~1 ms; batch items)")
+
+
+def start_shard(
+    shard_id: str | int,
+    controller: Any,
+    node_id: int | None = None,
+    *,
+    name: str | None = None,
+    namespace: str | None = None,
+    catch_up_events: int = 10_000,
+) -> Any:
+    """A ShardActor named ``name`` (default ``quotaplane-shard-<shard_id>``; the running one if it
+    exists), restarted by Ray after a crash (``max_restarts=-1``). Its name is what lets a restarted
+    controller find it again."""
+    return _REMOTE_SHARD.options(
+        name=name if name is not None else f"quotaplane-shard-{shard_id}",
+        namespace=namespace,
+        get_if_exists=True,
+        max_restarts=-1,
+        max_task_retries=0,
+        num_cpus=0,
+    ).remote(shard_id, controller, node_id, catch_up_events=catch_up_events)
+
+
+_REMOTE_SHARD = ray.remote(ShardActor)

@@ -1,0 +1,68 @@
+"""One real local Ray cluster for the whole session, with every file it writes under pytest's tmp dir."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import ray
+
+T = TypeVar("T")
+
+_ENV = ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``ray.init`` once. Ray 2.60 writes its session under ``/tmp/ray`` and a generated auth token to
+    ``~/.ray/auth_token`` unless told otherwise: the temp dir goes to pytest's tmp dir and the token is
+    given in the environment (token auth stays on; workers inherit it; ``RAY_AUTH_MODE`` is read once
+    at import, so it is left unset and Ray enables token mode when it finds ``RAY_AUTH_TOKEN``).
+    Note: plain ``ray`` with opentelemetry-proto installed hangs in ``ray.init``; ``ray[default]`` does not."""
+    temp_dir = tmp_path_factory.mktemp("ray")
+    saved = {name: os.environ.get(name) for name in _ENV}
+    os.environ["RAY_TMPDIR"] = str(temp_dir)
+    os.environ.pop("RAY_AUTH_MODE", None)  # unset: Ray finds the token below and turns token auth on itself
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _temp_dir=str(temp_dir),
+        namespace="quotaplane-tests",
+        log_to_driver=False,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "config-log"
+
+
+def wait_for(fn: Callable[[], T], *, until: Callable[[T], bool], timeout_s: float = 20.0) -> T:
+    """Poll ``fn`` until ``until`` holds of its value (errors while an actor restarts count as not yet)."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            last = fn()
+            if until(last):
+                return last
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached in {timeout_s} s; last value {last!r}")
+        time.sleep(0.05)
