@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run demo test lint bench clean
 
 # Reinstall when the packaging or a .proto changes: setup.py regenerates quotaplane.v1 from protos/.
 $(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto)
@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto)
 	touch $(STAMP)
 
 run: $(STAMP)
+	$(BIN)/quotaplane up
+
+demo: $(STAMP)
 	$(BIN)/quotaplane demo
 
 lint: $(STAMP)

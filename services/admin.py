@@ -2,8 +2,8 @@
 
 The servicer only translates: protobuf requests into the ``quotaplane.config`` request types, and
 results back into Kafka-shaped responses. Validation and the write path belong to the backend (a
-``ConfigStore`` today, the ConfigController actor later), so every admin door (this service, the CLI
-through it, the Kafka-wire frontend) gives the same answers.
+``ConfigStore`` in-process, or the ConfigController actor through :class:`ControllerBackend`), so every
+admin door (this service, the CLI through it, the Kafka-wire frontend) gives the same answers.
 
 Errors follow Kafka's split. A Kafka error about one entity or resource is an entry of the response and
 the other entries still apply, exactly as an AdminClient sees it. A request that cannot be processed at
@@ -58,6 +58,8 @@ __all__ = [
     "SERVICE_NAME",
     "AdminBackend",
     "AdminServicer",
+    "BackendUnavailableError",
+    "ControllerBackend",
     "serve",
 ]
 
@@ -126,6 +128,132 @@ class AdminBackend(Protocol):
     def image_at_time(self, time_ms: int) -> ConfigImage: ...
 
 
+class BackendUnavailableError(Exception):
+    """The backend cannot be reached (the controller actor is dead, restarting or too slow): UNAVAILABLE, so
+    a client retries instead of reading it as a bug of the server."""
+
+
+class _ControllerLogOffsets:
+    """``backend.log.start_offset`` for the servicer, read from the controller on each access."""
+
+    def __init__(self, backend: ControllerBackend) -> None:
+        self._backend = backend
+
+    @property
+    def start_offset(self) -> int:
+        return self._backend.call("start_offset")
+
+
+class ControllerBackend:
+    """An :class:`AdminBackend` over a ConfigController actor handle: each call is a ``ray.get`` on it.
+
+    The controller raises the store's own exceptions (ApiError, ValueError, the log's errors); Ray wraps them
+    in ``RayTaskError``, so they are unwrapped here and the servicer maps them exactly as it maps a local
+    store's. A dead or unresponsive controller becomes :class:`BackendUnavailableError` (UNAVAILABLE).
+    ``now_ms`` is passed through from the servicer, i.e. the gRPC server's clock stamps the change.
+    Ray is imported lazily so that importing this module (the CLI does) stays cheap.
+    """
+
+    def __init__(self, controller: Any, *, timeout_s: float = 30.0) -> None:
+        self._controller = controller
+        self._timeout_s = timeout_s
+        self._log = _ControllerLogOffsets(self)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``ray.get(controller.<method>.remote(...))`` with the actor's exception re-raised as itself."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        try:
+            return ray.get(getattr(self._controller, method).remote(*args, **kwargs), timeout=self._timeout_s)
+        except RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise
+        except RayActorError as e:
+            raise BackendUnavailableError(f"the config controller is unavailable: {str(e).splitlines()[0]}") from None
+        except GetTimeoutError:
+            raise BackendUnavailableError(
+                f"the config controller did not answer {method} within {self._timeout_s:g} s"
+            ) from None
+
+    @property
+    def log(self) -> _ControllerLogOffsets:
+        return self._log
+
+    @property
+    def end_offset(self) -> int:
+        return self.call("end_offset")
+
+    def alter_client_quotas(
+        self,
+        alterations: Sequence[ClientQuotaAlteration],
+        *,
+        validate_only: bool = False,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> list[Result]:
+        return self.call(
+            "alter_client_quotas",
+            list(alterations),
+            validate_only=validate_only,
+            now_ms=now_ms,
+            principal=principal,
+            request_id=request_id,
+        )
+
+    def describe_client_quotas(
+        self, components: Iterable[ClientQuotaFilterComponent], *, strict: bool = False
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        return self.call("describe_client_quotas", list(components), strict=strict)
+
+    def incremental_alter_configs(
+        self,
+        resources: Sequence[tuple[ConfigResource, Sequence[AlterConfigOp]]],
+        *,
+        validate_only: bool = False,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> list[Result]:
+        return self.call(
+            "incremental_alter_configs",
+            [(resource, list(ops)) for resource, ops in resources],
+            validate_only=validate_only,
+            now_ms=now_ms,
+            principal=principal,
+            request_id=request_id,
+        )
+
+    def describe_configs(self, resource: ConfigResource) -> list[ConfigEntry]:
+        return self.call("describe_configs", resource)
+
+    def list_client_metrics_resources(self) -> list[str]:
+        return self.call("list_client_metrics_resources")
+
+    def history(
+        self,
+        *,
+        entity: Mapping[str, str | None] | None = None,
+        client_metrics: str | None = None,
+        resource: ConfigResource | None = None,
+        key: str | None = None,
+    ) -> list[HistoryEntry]:
+        return self.call(
+            "history",
+            entity=dict(entity) if entity is not None else None,
+            client_metrics=client_metrics,
+            resource=resource,
+            key=key,
+        )
+
+    def image_at_time(self, time_ms: int) -> ConfigImage:
+        """The controller sends the image as snapshot bytes (``ImageSnapshot``), rebuilt here."""
+        return self.call("snapshot", time_ms=time_ms).to_image()
+
+
 # --- errors ----------------------------------------------------------------------------------------------
 class _BadRequest(Exception):
     """A request the servicer itself refuses (a missing or malformed field): INVALID_ARGUMENT."""
@@ -139,6 +267,8 @@ def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str, Errors | None]
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc), Errors.INVALID_REQUEST
     if isinstance(exc, EventLogClosedError | EventLogFailedError):
         return grpc.StatusCode.UNAVAILABLE, f"the config log is unavailable: {exc}", None
+    if isinstance(exc, BackendUnavailableError):
+        return grpc.StatusCode.UNAVAILABLE, str(exc), None
     if isinstance(exc, OffsetOutOfRangeError):
         return grpc.StatusCode.OUT_OF_RANGE, str(exc), None
     if isinstance(exc, HistoryCompactedError):
@@ -438,8 +568,14 @@ def serve(
 
     Health reports SERVING for the server ("") and for ``quotaplane.v1.AdminService``; the caller stops the
     server (``server.stop(grace)``) and then closes the store.
+
+    ``SO_REUSEPORT`` is off (gRPC turns it on by default on Linux): with it, a second server on the same
+    port would bind without error and share the connections with the first.
     """
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="admin-grpc"))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="admin-grpc"),
+        options=[("grpc.so_reuseport", 0)],
+    )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(store, clock=clock), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

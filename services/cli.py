@@ -15,8 +15,13 @@ or 127.0.0.1:9093) and mirror Kafka's tools, so an operator's muscle memory carr
   what, when) and ``image --at TIME`` (the client quotas as they were then), ``offsets``.
 
 Errors are one line on stderr (``Error: ...``) and an exit code: 1 for a request Kafka (or the tool)
-refuses, 2 for usage errors (argparse), 3 when the admin service cannot be reached. Later commands
-(``up``, ``compact-log`` ...) are added here as their issues land.
+refuses, 2 for usage errors (argparse), 3 when the admin service cannot be reached.
+
+``quotaplane up`` runs the embedded default on one machine (``services/launcher.py``): a private local
+Ray, the config controller, the shards and the AdminService, with all data under ``--data-dir``. It
+prints one line per endpoint, then ``ready``, then a line each time the config log or a shard's applied
+offset moves, and stops cleanly on SIGINT / SIGTERM (exit 0). Later commands (``compact-log`` ...) are
+added here as their issues land.
 """
 
 from __future__ import annotations
@@ -581,6 +586,87 @@ def _run_admin(args: argparse.Namespace) -> int:
         admin.close()
 
 
+# --- up (services/launcher.py) --------------------------------------------------------------------------
+def _add_up_command(commands: argparse._SubParsersAction) -> None:
+    from quotaplane.services.launcher import DEFAULT_ADMIN_PORT, DEFAULT_DATA_DIR, DEFAULT_HOST, DEFAULT_SHARDS
+
+    up = commands.add_parser("up", help="run quotaplane on this machine (Ray, controller, shards, admin gRPC)")
+    up.add_argument(
+        "--data-dir", default=f"./{DEFAULT_DATA_DIR}", help=f"where everything is kept (default ./{DEFAULT_DATA_DIR})"
+    )
+    # numbers are checked by the launcher, not argparse, so a bad value is one `Error:` line as documented
+    up.add_argument("--shards", default=str(DEFAULT_SHARDS), help=f"shard actors (default {DEFAULT_SHARDS})")
+    up.add_argument(
+        "--admin-port",
+        default=str(DEFAULT_ADMIN_PORT),
+        help=f"AdminService port (default {DEFAULT_ADMIN_PORT}; 0: a free one)",
+    )
+    up.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+
+
+def _int_option(name: str, text: str) -> int:
+    from quotaplane.services.launcher import LaunchError
+
+    try:
+        return int(text)
+    except ValueError:
+        raise LaunchError(f"{name} must be an integer, got {text!r}") from None
+
+
+def _run_up(args: argparse.Namespace) -> int:
+    """Start, print the endpoints and ``ready``, run until SIGINT / SIGTERM, stop. Errors: one line."""
+    import signal
+    import threading
+
+    from quotaplane.services.launcher import LaunchError, launch
+
+    def say(line: str) -> None:
+        print(f"quotaplane up: {line}", flush=True)
+
+    try:
+        cluster = launch(
+            args.data_dir,
+            shards=_int_option("--shards", args.shards),
+            admin_port=_int_option("--admin-port", args.admin_port),
+            host=args.host,
+            say=say,
+        )
+    except LaunchError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("Error: interrupted while starting", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        say(f"admin gRPC on {cluster.admin_address}, {len(cluster.shards)} shards, data in {cluster.data_dir}")
+        say(f"Ray session in {cluster.ray_temp_dir}")
+        shown = cluster.status()
+        say(shown.line())
+        print("ready", flush=True)
+        watcher = threading.Thread(
+            target=cluster.watch,
+            args=(lambda status: say(status.line()), stop),
+            kwargs={"last": shown},
+            name="up-status",
+            daemon=True,
+        )
+        watcher.start()
+        while not stop.wait(0.5):
+            pass
+        watcher.join(timeout=5)
+    except Exception as e:
+        print(f"Error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
+        cluster.close()
+        return 1
+    say("stopping")
+    cluster.close()
+    say("stopped")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quotaplane", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"quotaplane {__version__}")
@@ -589,6 +675,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seconds", type=_positive_int, default=30, help="simulated seconds (default 30)")
     demo.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_admin_commands(commands)
+    _add_up_command(commands)
     return parser
 
 
@@ -603,6 +690,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 _print_demo(report)
             return 0
+        if args.command == "up":
+            return _run_up(args)
         return _run_admin(args)
     except BrokenPipeError:  # `quotaplane ... | head`: the reader left; exit quietly as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)

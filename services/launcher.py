@@ -1,0 +1,380 @@
+"""``quotaplane up``: the embedded default, one machine with every piece and all data under one folder.
+
+:func:`launch` starts a private local Ray, the ConfigController on ``DATA_DIR/config``, N ShardActors
+subscribed to it, and the gRPC AdminService backed by the controller (:class:`ControllerBackend`), and
+returns a :class:`Cluster` once every piece answers. The CLI is a thin wrapper around it; tests and the
+later services (gateway, frontend, metrics endpoint) start through the same function.
+
+Why the details are as they are:
+
+- **Nothing outside DATA_DIR.** Ray writes its session under ``/tmp/ray`` and a generated auth token to
+  ``~/.ray/auth_token`` unless told otherwise. The session goes to ``DATA_DIR/ray`` (``_temp_dir`` and
+  ``RAY_TMPDIR``, which Ray's child processes inherit) and the token is given in ``RAY_AUTH_TOKEN`` (a
+  fresh random one, unless the user set one): token auth stays on and nothing is written to the home
+  directory. Unix socket paths are limited to 107 bytes and Ray puts its sockets under
+  ``<temp dir>/session_<date>_<pid>/sockets/``; when DATA_DIR is too deep for that, the session goes to
+  a short private directory from :func:`tempfile.mkdtemp` instead (said on the console, removed on close).
+- **A private cluster.** ``address="local"`` always starts a new Ray rather than joining one found via
+  ``RAY_ADDRESS`` or ``/tmp/ray/ray_current_cluster``: ``up`` owns what it starts and stops all of it.
+- **Fail fast, in one line.** The cheap checks (``--shards``, the data directory, its lock, the admin
+  port) run before Ray starts, and every failure is a :class:`LaunchError` with a one-line message.
+  One ``up`` per data directory: ``DATA_DIR/up.lock`` is held (``flock``) for the cluster's lifetime, so
+  a second ``up`` fails at once instead of waiting for the controller's log lock.
+- **Ready means answering.** :func:`launch` returns only after the controller answered, every shard
+  reached the log's end offset, and the gRPC health check of the AdminService says SERVING.
+- **Shards follow the config.** They get no traffic yet (the usage gateway is next), so
+  :meth:`Cluster.status` reports each shard's applied offset against the log's end offset, and a watcher
+  (``Cluster.watch``, used by the CLI) reports a change of those offsets as it happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_ADMIN_PORT",
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_HOST",
+    "DEFAULT_SHARDS",
+    "Cluster",
+    "ClusterStatus",
+    "LaunchError",
+    "launch",
+    "ray_temp_dir_for",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DATA_DIR = "quotaplane-data"
+DEFAULT_SHARDS = 2
+DEFAULT_ADMIN_PORT = 9093
+DEFAULT_HOST = "127.0.0.1"
+NAMESPACE = "quotaplane"
+LOCK_FILE = "up.lock"
+
+#: The longest unix socket path Linux accepts (``sun_path`` is 108 bytes with its NUL).
+_SOCKET_PATH_MAX = 107
+#: What Ray appends to its temp dir for its longest socket: the session directory (date with microseconds
+#: and a pid of up to 7 digits), ``sockets/`` and ``plasma_store`` with a possible ``.N`` suffix.
+_RAY_SOCKET_SUFFIX = "/session_2000-01-01_00-00-00_000000_4194304/sockets/plasma_store.99"
+_RAY_ENV = ("RAY_TMPDIR", "RAY_AUTH_TOKEN")
+
+
+class LaunchError(Exception):
+    """A reason ``up`` cannot start (or stopped), as one line for the operator."""
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """Where the config log ends and how far each shard has applied it."""
+
+    end_offset: int
+    applied: dict[str, int]
+
+    @property
+    def caught_up(self) -> bool:
+        return all(offset == self.end_offset for offset in self.applied.values())
+
+    def line(self) -> str:
+        shards = ", ".join(f"{name}={offset}" for name, offset in self.applied.items())
+        return f"config log end offset {self.end_offset}; shards applied {shards}"
+
+
+def ray_temp_dir_for(data_dir: Path) -> Path | None:
+    """``DATA_DIR/ray`` when Ray's socket paths under it fit the unix limit, else None."""
+    candidate = data_dir.absolute() / "ray"
+    if len(os.fsencode(candidate)) + len(_RAY_SOCKET_SUFFIX) > _SOCKET_PATH_MAX:
+        return None
+    return candidate
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Bind the admin address once before anything starts, so a busy port costs no Ray start-up.
+    ``SO_REUSEADDR`` as gRPC sets it: a port left in TIME_WAIT by a previous run is free, a listener is not."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise LaunchError(f"cannot resolve --host {host!r}: {e.strerror}") from None
+    family, type_, proto, _, sockaddr = infos[0]
+    with socket.socket(family, type_, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(sockaddr)
+        except OSError as e:
+            reason = "the port is in use" if e.errno == errno.EADDRINUSE else e.strerror or str(e)
+            raise LaunchError(f"cannot listen on {_address(host, port)} for the admin service: {reason}") from None
+
+
+def _prepare_data_dir(data_dir: Path) -> int:
+    """Create DATA_DIR, prove it writable, and take its ``up.lock``; return the lock's descriptor."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / "config").mkdir(exist_ok=True)
+        probe = data_dir / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise LaunchError(f"cannot use data dir {data_dir}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise LaunchError(f"data dir {data_dir} is in use by another quotaplane up") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+@dataclass
+class Cluster:
+    """What :func:`launch` started; :meth:`close` stops all of it (also as a context manager)."""
+
+    data_dir: Path
+    host: str
+    admin_port: int
+    ray_temp_dir: Path
+    ray_temp_dir_is_fallback: bool
+    controller: Any = None
+    shards: dict[str, Any] = field(default_factory=dict)
+    server: Any = None
+    _lock_fd: int | None = None
+    _saved_env: dict[str, str | None] = field(default_factory=dict)
+    _ray_started: bool = False
+    _closed: bool = False
+
+    @property
+    def admin_address(self) -> str:
+        return _address(self.host, self.admin_port)
+
+    @property
+    def config_dir(self) -> Path:
+        return self.data_dir / "config"
+
+    def status(self, *, timeout_s: float = 10.0) -> ClusterStatus:
+        """The log's end offset, then each shard's applied offset (asked after, so a caught-up shard
+        shows the same offset or a later one)."""
+        import ray
+
+        end = ray.get(self.controller.end_offset.remote(), timeout=timeout_s)
+        refs = {name: shard.applied_offset.remote() for name, shard in self.shards.items()}
+        return ClusterStatus(end, {name: ray.get(ref, timeout=timeout_s) for name, ref in refs.items()})
+
+    def wait_caught_up(self, *, timeout_s: float = 30.0) -> ClusterStatus:
+        """Poll :meth:`status` until every shard has applied the whole log."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            current = self.status(timeout_s=timeout_s)
+            if current.caught_up:
+                return current
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"the shards did not catch up with the config log in {timeout_s:g} s: {current.line()}"
+                )
+            time.sleep(0.05)
+
+    def watch(
+        self,
+        report: Callable[[ClusterStatus], None],
+        stop: threading.Event,
+        *,
+        every_s: float = 0.5,
+        last: ClusterStatus | None = None,
+    ) -> None:
+        """Call ``report`` with the status each time it differs from the last one reported (``last``: what
+        the caller already showed), until ``stop`` is set. One small actor call per shard and period; an
+        error (e.g. during shutdown) is logged and the watch goes on."""
+        while not stop.wait(every_s):
+            try:
+                current = self.status()
+            except Exception as e:
+                log.debug("status poll failed: %s", e)
+                continue
+            if current != last:
+                report(current)
+                last = current
+
+    def close(self, *, grace_s: float = 2.0) -> None:
+        """Stop the gRPC server (in-flight calls get ``grace_s``), kill the actors, shut Ray down, release
+        the data dir, restore the environment. Safe to call twice and on a partly started cluster."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.server is not None:
+            self.server.stop(grace_s).wait()
+        if self._ray_started:
+            import ray
+
+            # shards first: they hold no durable state; the controller's writes were fsynced when answered
+            for handle in [*self.shards.values(), self.controller]:
+                if handle is not None:
+                    with contextlib.suppress(Exception):
+                        ray.kill(handle, no_restart=True)
+            ray.shutdown()
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+        if self.ray_temp_dir_is_fallback:
+            shutil.rmtree(self.ray_temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_health(address: str, timeout_s: float) -> None:
+    """The AdminService's gRPC health check, as a client sees it."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from .admin import SERVICE_NAME
+
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = stub.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=timeout_s)
+    if response.status != health_pb2.HealthCheckResponse.SERVING:
+        raise LaunchError(f"the admin service at {address} is not serving ({response.status})")
+
+
+def launch(
+    data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR,
+    *,
+    shards: int = DEFAULT_SHARDS,
+    admin_port: int = DEFAULT_ADMIN_PORT,
+    host: str = DEFAULT_HOST,
+    num_cpus: int | None = None,
+    fsync: bool = True,
+    ready_timeout_s: float = 60.0,
+    say: Callable[[str], None] | None = None,
+) -> Cluster:
+    """Start everything and return once it answers; :class:`LaunchError` (one line) if it cannot.
+
+    ``admin_port=0`` picks a free port (``Cluster.admin_port`` tells which). ``say`` receives the start-up
+    notes meant for the operator (e.g. that Ray's session went to a fallback directory).
+    """
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise LaunchError(f"--shards must be a positive integer, got {shards!r}")
+    if isinstance(admin_port, bool) or not isinstance(admin_port, int) or not 0 <= admin_port <= 65535:
+        raise LaunchError(f"--admin-port must be in 0..65535, got {admin_port!r}")
+    say = say or (lambda _line: None)
+    data_dir = Path(data_dir).absolute()
+    lock_fd = _prepare_data_dir(data_dir)
+    try:
+        if admin_port:
+            _check_port_free(host, admin_port)
+        temp_dir = ray_temp_dir_for(data_dir)
+        fallback = temp_dir is None
+        if temp_dir is None:
+            temp_dir = Path(tempfile.mkdtemp(prefix="qp-ray-"))
+            say(
+                f"{data_dir / 'ray'} is too long for Ray's unix sockets ({_SOCKET_PATH_MAX}-byte limit); "
+                f"Ray's session is in {temp_dir} instead (removed on exit)"
+            )
+        else:
+            temp_dir.mkdir(exist_ok=True)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    cluster = Cluster(data_dir, host, admin_port, temp_dir, fallback, _lock_fd=lock_fd)
+    try:
+        _start(cluster, shards=shards, num_cpus=num_cpus, fsync=fsync, ready_timeout_s=ready_timeout_s)
+    except BaseException:
+        cluster.close(grace_s=0)
+        raise
+    return cluster
+
+
+def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, ready_timeout_s: float) -> None:
+    deadline = time.monotonic() + ready_timeout_s
+
+    def remaining() -> float:
+        return max(0.1, deadline - time.monotonic())
+
+    cluster._saved_env = {name: os.environ.get(name) for name in _RAY_ENV}
+    os.environ["RAY_TMPDIR"] = str(cluster.ray_temp_dir)
+    if not os.environ.get("RAY_AUTH_TOKEN"):
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # else Ray writes one to ~/.ray/auth_token
+
+    import ray
+    from quotaplane.actors import start_controller, start_shard
+
+    from .admin import ControllerBackend, serve
+
+    try:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _temp_dir=str(cluster.ray_temp_dir),
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+    except Exception as e:
+        raise LaunchError(f"cannot start Ray: {_first_line(e)}") from None
+    cluster._ray_started = True
+
+    cluster.controller = start_controller(cluster.config_dir, namespace=NAMESPACE, fsync=fsync)
+    try:
+        ray.get(cluster.controller.info.remote(), timeout=remaining())
+    except Exception as e:
+        raise LaunchError(f"the config controller on {cluster.config_dir} did not start: {_ray_reason(e)}") from None
+    for i in range(shards):
+        cluster.shards[str(i)] = start_shard(i, cluster.controller, namespace=NAMESPACE)
+    for name, shard in cluster.shards.items():
+        try:
+            ray.get(shard.info.remote(), timeout=remaining())
+        except Exception as e:
+            raise LaunchError(f"shard {name} did not start: {_ray_reason(e)}") from None
+    cluster.wait_caught_up(timeout_s=remaining())
+
+    try:
+        cluster.server, cluster.admin_port = serve(
+            ControllerBackend(cluster.controller), _address(cluster.host, cluster.admin_port)
+        )
+    except OSError as e:
+        raise LaunchError(f"{_first_line(e)} for the admin service") from None
+    try:
+        _check_health(cluster.admin_address, remaining())
+    except LaunchError:
+        raise
+    except Exception as e:
+        raise LaunchError(f"the admin service at {cluster.admin_address} does not answer: {_first_line(e)}") from None
+
+
+def _ray_reason(exc: BaseException) -> str:
+    """The actor's own error when Ray wrapped one, else Ray's first line."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {_first_line(cause)}"
+    return _first_line(exc)

@@ -1,0 +1,303 @@
+"""``quotaplane up`` as an operator runs it: real processes, a real local Ray, the real CLI against it.
+
+One ``up`` process is started per phase (Ray's start-up costs seconds, so the phases share a test): the
+admin commands go through gRPC to the ConfigController actor, the shards are seen to apply the change
+(``up`` prints each shard's applied offset when it moves), a restart on the same data dir still has the
+quota (durability through the whole stack), SIGTERM exits 0 and leaves no Ray process behind. Every
+subprocess runs with a private ``HOME``, and nothing may appear in ``/tmp/ray`` or ``~/.ray``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from quotaplane.services.launcher import ray_temp_dir_for
+
+_SCRIPT = Path(sys.executable).parent / "quotaplane"
+_COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "quotaplane.services.cli"]
+_READY_TIMEOUT_S = 60.0
+_STOP_TIMEOUT_S = 20.0
+_ALICE = ("--entity-type", "users", "--entity-name", "alice")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    name: str
+
+
+def _processes_of(marker: str, *, exclude: int) -> list[_Proc]:
+    """Processes (a /proc scan; psutil is only Ray's vendored copy here) whose command line names
+    ``marker`` or whose RAY_TMPDIR is under it: Ray's daemons name their session dir on the command line,
+    and every process Ray starts (workers too, whose command line Ray rewrites) inherits RAY_TMPDIR."""
+    found = []
+    needle = f"RAY_TMPDIR={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == exclude:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+            name = (entry / "comm").read_text().strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if marker.encode() in cmdline or any(v.startswith(needle) for v in environ.split(b"\0")):
+            found.append(_Proc(int(entry.name), name))
+    return found
+
+
+def _snapshot(path: Path) -> set[str] | None:
+    """What is in ``path`` (None when it does not exist), to prove a run added nothing there."""
+    if not path.exists():
+        return None
+    return {str(p.relative_to(path)) for p in path.rglob("*")}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment of every subprocess: no inherited Ray or admin settings, a private HOME."""
+    home = tmp_path / "home"
+    home.mkdir()
+    drop = {"RAY_ADDRESS", "RAY_TMPDIR", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "QUOTAPLANE_ADMIN", "QUOTAPLANE_PRINCIPAL"}
+    out = {k: v for k, v in os.environ.items() if k not in drop}
+    out["HOME"] = str(home)
+    return out
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A data-dir parent short enough that Ray's sockets fit under ``DATA_DIR/ray`` (pytest's tmp paths
+    are too deep: there the launcher would fall back to a temp dir, tested separately below)."""
+    path = Path(tempfile.mkdtemp(prefix="qpu-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Up:
+    """A running ``quotaplane up``: its stdout lines are collected by a thread, so the test can wait on them."""
+
+    def __init__(self, data_dir: Path, port: int, env: dict[str, str], *extra: str) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.address = f"127.0.0.1:{port}"
+        self.stderr_path = data_dir.parent / f"up-{port}-{time.monotonic_ns()}.err"
+        self._stderr = self.stderr_path.open("w")
+        args = ["up", "--data-dir", str(data_dir), "--admin-port", str(port), "--shards", "2", *extra]
+        self.proc = subprocess.Popen(
+            [*_COMMAND, *args], stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env
+        )
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_line(self, matches: Callable[[str], bool], timeout_s: float = 20.0) -> str:
+        """The first new stdout line that ``matches``; fails with what was printed if none comes in time."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+                eof = False
+            else:
+                eof = line is None
+            if line is not None:
+                self.lines.append(line)
+                if matches(line):
+                    return line
+                continue
+            raise AssertionError(
+                f"{'exited' if eof else 'no matching line in time'}; stdout {self.lines}; "
+                f"stderr {self.stderr_path.read_text()[-2000:]!r}"
+            )
+
+    def wait_ready(self) -> float:
+        started = time.monotonic()
+        self.wait_line(lambda line: line == "ready", _READY_TIMEOUT_S)
+        return time.monotonic() - started
+
+    def ray_processes(self) -> list[_Proc]:
+        """The processes of this ``up``'s Ray session (its own process aside)."""
+        return _processes_of(str(self.data_dir), exclude=self.proc.pid)
+
+    def terminate(self) -> tuple[int, float]:
+        """SIGTERM; the exit code and the seconds it took."""
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=_STOP_TIMEOUT_S)
+        finally:
+            self.kill()
+        return code, time.monotonic() - started
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._stderr.close()
+
+
+def quotaplane(env: dict[str, str], address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_COMMAND, *args, "--bootstrap-server", address],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+
+
+def ok(env: dict[str, str], address: str, *args: str) -> list[str]:
+    done = quotaplane(env, address, *args)
+    assert (done.returncode, done.stderr) == (0, ""), done
+    return done.stdout.splitlines()
+
+
+def fails_with_one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0, done
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("Error: "), line
+    return line
+
+
+def run_up(env: dict[str, str], *args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*_COMMAND, "up", *args], capture_output=True, text=True, env=env, timeout=timeout_s)
+
+
+def _assert_gone(up: Up, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (left := up.ray_processes()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, left
+
+
+def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
+    tmp_ray, real_home_ray = Path("/tmp/ray"), Path.home() / ".ray"
+    before = (_snapshot(tmp_ray), _snapshot(real_home_ray))
+    data_dir = short_dir / "data"
+    port = _free_port()
+
+    up = Up(data_dir, port, env)
+    try:
+        up.wait_ready()
+        assert up.lines[0] == f"quotaplane up: admin gRPC on 127.0.0.1:{port}, 2 shards, data in {data_dir}"
+        assert f"quotaplane up: Ray session in {data_dir / 'ray'}" in up.lines
+        assert "quotaplane up: config log end offset 0; shards applied 0=0, 1=0" in up.lines
+        daemons = {p.name for p in up.ray_processes()}
+        assert {"raylet", "gcs_server"} <= daemons, daemons  # the scan used at the end does see Ray
+
+        # a second `up` on the same admin port, or on the same data dir, fails at once in one line
+        busy_port = run_up(env, "--data-dir", str(short_dir / "other"), "--admin-port", str(port))
+        assert "in use" in fails_with_one_line(busy_port)
+        busy_dir = run_up(env, "--data-dir", str(data_dir), "--admin-port", str(_free_port()))
+        assert "in use" in fails_with_one_line(busy_dir)
+
+        assert ok(env, up.address, "quotas", "--alter", "--add-config", "producer_byte_rate=1048576", *_ALICE) == [
+            "Completed updating config for user alice."
+        ]
+        assert ok(env, up.address, "quotas", "--describe", *_ALICE) == [
+            "Quota configs for user-principal 'alice' are producer_byte_rate=1048576.0"
+        ]
+        [history] = ok(env, up.address, "log", "history", *_ALICE)
+        assert re.fullmatch(r"0  \S+Z  User:ANONYMOUS  \S+  producer_byte_rate: \(unset\) -> 1048576\.0", history)
+        # Kafka's validation happens in the controller actor and comes back as one line
+        refused = quotaplane(env, up.address, "quotas", "--alter", "--add-config", "producer_byte_rate=-1", *_ALICE)
+        assert fails_with_one_line(refused) == "Error: Quota producer_byte_rate must be greater than 0"
+        # both shards applied the change (reported by `up` as the offsets move; no gateway traffic yet)
+        up.wait_line(lambda line: line == "quotaplane up: config log end offset 1; shards applied 0=1, 1=1")
+
+        code, took = up.terminate()
+        assert code == 0, up.stderr_path.read_text()
+        assert took < _STOP_TIMEOUT_S
+        assert up.lines[-1] == "quotaplane up: stopped" or up.wait_line(lambda line: line.endswith("stopped"))
+        _assert_gone(up)
+    finally:
+        up.kill()
+
+    # the same data dir again: the quota is still there, the shards replay it
+    again = Up(data_dir, port, env)
+    try:
+        again.wait_ready()
+        assert "quotaplane up: config log end offset 1; shards applied 0=1, 1=1" in again.lines
+        assert ok(env, again.address, "quotas", "--describe", *_ALICE) == [
+            "Quota configs for user-principal 'alice' are producer_byte_rate=1048576.0"
+        ]
+        assert ok(env, again.address, "log", "offsets") == ["Log start offset: 0", "Log end offset: 1"]
+        code, _ = again.terminate()
+        assert code == 0, again.stderr_path.read_text()
+        _assert_gone(again)
+    finally:
+        again.kill()
+
+    assert (_snapshot(tmp_ray), _snapshot(real_home_ray)) == before
+    assert not (Path(env["HOME"]) / ".ray").exists()
+    assert (data_dir / "ray").is_dir()
+    assert any((data_dir / "config").glob("*.log"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shards", "0"], "--shards must be a positive integer"),
+        (["--shards", "two"], "--shards must be an integer"),
+        (["--admin-port", "70000"], "--admin-port must be in 0..65535"),
+    ],
+)
+def test_bad_options_fail_in_one_line(env, tmp_path, args, message):
+    done = run_up(env, "--data-dir", str(tmp_path / "data"), *args)
+    assert message in fails_with_one_line(done)
+
+
+def test_unwritable_data_dir_fails_in_one_line(env, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    done = run_up(env, "--data-dir", str(blocker / "data"), "--admin-port", str(_free_port()))
+    assert fails_with_one_line(done).startswith(f"Error: cannot use data dir {blocker / 'data'}")
+
+
+def test_port_in_use_fails_before_starting_ray(env, tmp_path):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        started = time.monotonic()
+        done = run_up(env, "--data-dir", str(tmp_path / "data"), "--admin-port", str(port))
+    line = fails_with_one_line(done)
+    assert line == f"Error: cannot listen on 127.0.0.1:{port} for the admin service: the port is in use"
+    assert time.monotonic() - started < 15  # no Ray start-up was paid for it
+    assert not (tmp_path / "data" / "ray").exists()
+
+
+def test_ray_temp_dir_falls_back_when_socket_paths_would_be_too_long(tmp_path):
+    assert ray_temp_dir_for(Path("/tmp/q")) == Path("/tmp/q/ray")
+    assert ray_temp_dir_for(tmp_path / ("x" * 80)) is None
