@@ -28,6 +28,7 @@ by design, and a catch-up pull blocks the shard's queue only for the time of tha
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -231,6 +232,21 @@ class ShardActor:
         return self.producer_ids.record_batch(items, now_ms)
 
     # --- introspection ---------------------------------------------------------------------------------
+    def metrics_snapshot(self, now_ms: int | None = None) -> list[tuple[str, str, str, dict[str, str], float]]:
+        """Every Kafka metric of this shard's registry, measured now: ``(name, group, description, tags,
+        value)`` (``Produce`` byte-rate / throttle-time / quota-value per user and client id, ``Request``,
+        ``ControllerMutation``, ``ProducerIds``, ``socket-server-metrics`` ...), for a metrics endpoint.
+        Non-finite values are left out (Prometheus has no use for Kafka's NaN of an empty Avg)."""
+        now = wall_clock_ms() if now_ms is None else now_ms
+        snapshot = []
+        for metric_name, metric in list(self.quotas.metrics.metrics.items()):
+            value = metric.measurable_value(now)
+            if math.isfinite(value):
+                snapshot.append(
+                    (metric_name.name, metric_name.group, metric_name.description, dict(metric_name.tags), value)
+                )
+        return snapshot
+
     def info(self) -> dict[str, Any]:
         """Identity and progress: ``pid`` and ``started_ms`` change when Ray restarts the shard."""
         return {

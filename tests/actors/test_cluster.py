@@ -320,3 +320,19 @@ def test_a_running_shard_behind_the_log_start_jumps_to_a_snapshot_and_keeps_its_
         assert len(ray.get(shard.client_quotas.remote())) == 41
     finally:
         cluster.shutdown()
+
+
+def test_a_shard_exposes_its_kafka_metrics(data_dir: Path) -> None:
+    """The metrics endpoint's source: Kafka's metric names, groups and tags, measured by the shard."""
+    cluster = Cluster(data_dir, shards=1)
+    cluster.set_quotas({"user": "alice"}, ("producer_byte_rate", 1000.0))
+    cluster.wait_applied()
+    [shard] = cluster.shards
+    [throttle] = ray.get(shard.record_batch.remote("PRODUCE", [("alice", "c1", 50_000.0)], NOW))
+    assert throttle > 0
+    snapshot = ray.get(shard.metrics_snapshot.remote(NOW + 1000))
+    by_name = {(name, group, tuple(sorted(tags.items()))): value for name, group, _, tags, value in snapshot}
+    alice = (("client-id", ""), ("user", "alice"))
+    # one recording, measured 1 s later: Kafka pads the window to (samples - 1) whole windows = 10 s
+    assert by_name[("byte-rate", "Produce", alice)] == pytest.approx(50_000.0 / 10)
+    assert ("throttle-time", "Produce", alice) in by_name
