@@ -224,7 +224,14 @@ class ShardActor:
         if parsed not in _CLIENT_QUOTA_TYPES:
             raise ValueError(f"record_batch takes PRODUCE or FETCH usage, not {parsed.name}")
         _check_batch(items)
-        return self.quotas.client_manager(parsed).record_batch(items, now_ms)
+        manager = self.quotas.client_manager(parsed)
+        throttles = manager.record_batch(items, now_ms)
+        # Kafka's broker reports each throttle back (``throttle()``: the throttle-time metric); here the
+        # shard is the one that knows, so it records them itself.
+        for item, throttle_ms in zip(items, throttles, strict=True):
+            if throttle_ms > 0:
+                manager.throttle(item[0], item[1], throttle_ms, item[3] if len(item) > 3 else now_ms)
+        return throttles
 
     def record_producer_ids(self, items: Sequence[ProducerIdItem], now_ms: int) -> list[int]:
         """KIP-936: ``(user, producer_id[, now_ms])`` items; the throttle time of each in ms."""
