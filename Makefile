@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run demo test lint bench clean
+.PHONY: run demo test lint bench clean prometheus
 
 # Reinstall when the packaging or a .proto changes: setup.py regenerates quotaplane.v1 from protos/.
 $(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto)
@@ -24,7 +24,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+# The metrics tests run a real Prometheus server: Debian's package (installs in seconds, starts nothing).
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq prometheus >/dev/null; }
+
+test: lint prometheus
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
@@ -32,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/producer_ids.py
 	$(BIN)/python bench/telemetry.py
 	$(BIN)/python bench/eventlog.py
+	$(BIN)/python bench/cluster_quota.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -238,6 +238,62 @@ class ShardActor:
         _check_batch(items)
         return self.producer_ids.record_batch(items, now_ms)
 
+    # --- the gateway's hot path: fenced by config offset ---------------------------------------------------
+    def record_usage_at(
+        self, config_offset: int, items: Sequence[tuple[str, str, str, float, int]]
+    ) -> tuple[int, list[int] | None]:
+        """Record mixed PRODUCE / FETCH items ``(quota type, user, client_id, value, now_ms)`` that a gateway
+        routed here by metric tags it resolved on the image at ``config_offset``; ``(applied offset,
+        throttle times in order)``.
+
+        Why the offset: the gateway chose this shard by the sensor's metric tags, and the shard resolves
+        the tags again from its own image; both must read the same image or the usage could land in a
+        sensor this shard does not own (two budgets for one entity). A shard behind the gateway catches up
+        to ``config_offset`` first; a shard ahead of it records nothing and answers ``(its offset, None)``:
+        the gateway catches up, resolves and routes the items again, and resends them. Quota changes are
+        rare, so the retry is too.
+        """
+        if isinstance(config_offset, bool) or not isinstance(config_offset, int) or config_offset < 0:
+            raise ValueError(f"config_offset must be a non-negative int, got {config_offset!r}")
+        _check_batch(items)
+        if config_offset > self.image.end_offset:
+            self._catch_up(config_offset)
+        if config_offset != self.image.end_offset:
+            return self.image.end_offset, None
+        by_type: dict[str, tuple[list[int], list[UsageItem]]] = {}
+        for index, (quota_type, user, client_id, value, now_ms) in enumerate(items):
+            group = by_type.get(quota_type)
+            if group is None:
+                group = by_type[quota_type] = ([], [])
+            group[0].append(index)
+            group[1].append((user, client_id, value, now_ms))
+        parsed = {}
+        for quota_type in by_type:  # validate every type before recording any item
+            parsed[quota_type] = QuotaType.parse(quota_type)
+            if parsed[quota_type] not in _CLIENT_QUOTA_TYPES:
+                raise ValueError(f"record_usage_at takes PRODUCE or FETCH usage, not {parsed[quota_type].name}")
+        throttles = [0] * len(items)
+        for quota_type, (indices, group_items) in by_type.items():
+            manager = self.quotas.client_manager(parsed[quota_type])
+            answered = manager.record_batch(group_items, group_items[0][3])
+            for index, item, throttle_ms in zip(indices, group_items, answered, strict=True):
+                throttles[index] = throttle_ms
+                if throttle_ms > 0:
+                    manager.throttle(item[0], item[1], throttle_ms, item[3])
+        return self.image.end_offset, throttles
+
+    def record_producer_ids_at(
+        self, config_offset: int, items: Sequence[ProducerIdItem], now_ms: int
+    ) -> tuple[int, list[int]]:
+        """KIP-936 items routed by user (no tag resolution, so a shard ahead of the gateway is fine): catch
+        up to ``config_offset`` if behind, then ``(applied offset, throttle times)``."""
+        if isinstance(config_offset, bool) or not isinstance(config_offset, int) or config_offset < 0:
+            raise ValueError(f"config_offset must be a non-negative int, got {config_offset!r}")
+        _check_batch(items)
+        if config_offset > self.image.end_offset:
+            self._catch_up(config_offset)
+        return self.image.end_offset, self.producer_ids.record_batch(items, now_ms)
+
     # --- introspection ---------------------------------------------------------------------------------
     def metrics_snapshot(self, now_ms: int | None = None) -> list[tuple[str, str, str, dict[str, str], float]]:
         """Every Kafka metric of this shard's registry, measured now: ``(name, group, description, tags,

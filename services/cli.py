@@ -588,9 +588,18 @@ def _run_admin(args: argparse.Namespace) -> int:
 
 # --- up (services/launcher.py) --------------------------------------------------------------------------
 def _add_up_command(commands: argparse._SubParsersAction) -> None:
-    from quotaplane.services.launcher import DEFAULT_ADMIN_PORT, DEFAULT_DATA_DIR, DEFAULT_HOST, DEFAULT_SHARDS
+    from quotaplane.services.launcher import (
+        DEFAULT_ADMIN_PORT,
+        DEFAULT_DATA_DIR,
+        DEFAULT_GATEWAY_PORT,
+        DEFAULT_HOST,
+        DEFAULT_METRICS_PORT,
+        DEFAULT_SHARDS,
+    )
 
-    up = commands.add_parser("up", help="run quotaplane on this machine (Ray, controller, shards, admin gRPC)")
+    up = commands.add_parser(
+        "up", help="run quotaplane on this machine (Ray, controller, shards, admin gRPC, usage gateway)"
+    )
     up.add_argument(
         "--data-dir", default=f"./{DEFAULT_DATA_DIR}", help=f"where everything is kept (default ./{DEFAULT_DATA_DIR})"
     )
@@ -600,6 +609,16 @@ def _add_up_command(commands: argparse._SubParsersAction) -> None:
         "--admin-port",
         default=str(DEFAULT_ADMIN_PORT),
         help=f"AdminService port (default {DEFAULT_ADMIN_PORT}; 0: a free one)",
+    )
+    up.add_argument(
+        "--gateway-port",
+        default=str(DEFAULT_GATEWAY_PORT),
+        help=f"usage gateway port: QuotaService, ProducerIdService (default {DEFAULT_GATEWAY_PORT}; 0: a free one)",
+    )
+    up.add_argument(
+        "--metrics-port",
+        default=str(DEFAULT_METRICS_PORT),
+        help=f"Prometheus metrics endpoint port (default {DEFAULT_METRICS_PORT}; 0: a free one; -1: none)",
     )
     up.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
 
@@ -628,6 +647,8 @@ def _run_up(args: argparse.Namespace) -> int:
             args.data_dir,
             shards=_int_option("--shards", args.shards),
             admin_port=_int_option("--admin-port", args.admin_port),
+            gateway_port=_int_option("--gateway-port", args.gateway_port),
+            metrics_port=None if (metrics := _int_option("--metrics-port", args.metrics_port)) == -1 else metrics,
             host=args.host,
             say=say,
         )
@@ -642,6 +663,9 @@ def _run_up(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         say(f"admin gRPC on {cluster.admin_address}, {len(cluster.shards)} shards, data in {cluster.data_dir}")
+        say(f"usage gateway gRPC on {cluster.gateway_address}")
+        if cluster.metrics_url is not None:
+            say(f"metrics on {cluster.metrics_url}")
         say(f"Ray session in {cluster.ray_temp_dir}")
         shown = cluster.status()
         say(shown.line())

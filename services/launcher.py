@@ -22,9 +22,12 @@ Why the details are as they are:
   a second ``up`` fails at once instead of waiting for the controller's log lock.
 - **Ready means answering.** :func:`launch` returns only after the controller answered, every shard
   reached the log's end offset, and the gRPC health check of the AdminService says SERVING.
-- **Shards follow the config.** They get no traffic yet (the usage gateway is next), so
-  :meth:`Cluster.status` reports each shard's applied offset against the log's end offset, and a watcher
-  (``Cluster.watch``, used by the CLI) reports a change of those offsets as it happens.
+- **Shards follow the config.** :meth:`Cluster.status` reports each shard's applied offset against the
+  log's end offset, and a watcher (``Cluster.watch``, used by the CLI) reports a change of those offsets
+  as it happens.
+- **The usage gateway** (``services/gateway.py``: QuotaService, ProducerIdService) runs in this process,
+  as a Ray driver, on ``gateway_port`` (default 9094; ``None``: no gateway). Its port is checked with the
+  admin port before Ray starts, and ``launch`` returns only once its health check says SERVING too.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ from typing import Any
 __all__ = [
     "DEFAULT_ADMIN_PORT",
     "DEFAULT_DATA_DIR",
+    "DEFAULT_GATEWAY_PORT",
     "DEFAULT_HOST",
+    "DEFAULT_METRICS_PORT",
     "DEFAULT_SHARDS",
     "Cluster",
     "ClusterStatus",
@@ -62,6 +67,9 @@ log = logging.getLogger(__name__)
 DEFAULT_DATA_DIR = "quotaplane-data"
 DEFAULT_SHARDS = 2
 DEFAULT_ADMIN_PORT = 9093
+DEFAULT_GATEWAY_PORT = 9094
+#: Prometheus' conventional exporter range; the shipped deploy/prometheus/prometheus.yml scrapes it.
+DEFAULT_METRICS_PORT = 9464
 DEFAULT_HOST = "127.0.0.1"
 NAMESPACE = "quotaplane"
 LOCK_FILE = "up.lock"
@@ -111,7 +119,7 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-def _check_port_free(host: str, port: int) -> None:
+def _check_port_free(host: str, port: int, what: str = "the admin service") -> None:
     """Bind the admin address once before anything starts, so a busy port costs no Ray start-up.
     ``SO_REUSEADDR`` as gRPC sets it: a port left in TIME_WAIT by a previous run is free, a listener is not."""
     try:
@@ -125,7 +133,7 @@ def _check_port_free(host: str, port: int) -> None:
             sock.bind(sockaddr)
         except OSError as e:
             reason = "the port is in use" if e.errno == errno.EADDRINUSE else e.strerror or str(e)
-            raise LaunchError(f"cannot listen on {_address(host, port)} for the admin service: {reason}") from None
+            raise LaunchError(f"cannot listen on {_address(host, port)} for {what}: {reason}") from None
 
 
 def _prepare_data_dir(data_dir: Path) -> int:
@@ -161,6 +169,11 @@ class Cluster:
     controller: Any = None
     shards: dict[str, Any] = field(default_factory=dict)
     server: Any = None
+    gateway_port: int | None = None
+    gateway_server: Any = None
+    gateway: Any = None
+    metrics_port: int | None = None
+    metrics: Any = None
     _lock_fd: int | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
     _ray_started: bool = False
@@ -169,6 +182,14 @@ class Cluster:
     @property
     def admin_address(self) -> str:
         return _address(self.host, self.admin_port)
+
+    @property
+    def gateway_address(self) -> str | None:
+        return None if self.gateway_port is None else _address(self.host, self.gateway_port)
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None if self.metrics_port is None else f"http://{_address(self.host, self.metrics_port)}/metrics"
 
     @property
     def config_dir(self) -> Path:
@@ -223,6 +244,10 @@ class Cluster:
         if self._closed:
             return
         self._closed = True
+        if self.metrics is not None:  # its scrapes call Ray: stop it before Ray goes
+            self.metrics.close()
+        if self.gateway_server is not None:
+            self.gateway_server.stop(grace_s).wait()
         if self.server is not None:
             self.server.stop(grace_s).wait()
         if self._ray_started:
@@ -239,6 +264,8 @@ class Cluster:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        if self._ray_started:
+            _forget_ray_auth_token()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
@@ -252,8 +279,21 @@ class Cluster:
         self.close()
 
 
-def _check_health(address: str, timeout_s: float) -> None:
-    """The AdminService's gRPC health check, as a client sees it."""
+def _forget_ray_auth_token() -> None:
+    """Make Ray read ``RAY_AUTH_TOKEN`` again. Ray caches the token per process on first use, so without this
+    a second Ray started in the same process (a second ``launch`` after ``close``, or a test's ``ray.init``
+    after a cluster of ours) runs its GCS with the new token while the driver still sends the old one, and
+    fails with "Failed to start GCS"."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+
+        AuthenticationTokenLoader.instance().reset_cache()
+    except Exception as e:  # a Ray without it has no cache to forget
+        log.debug("cannot reset Ray's auth token cache: %s", e)
+
+
+def _check_health(address: str, timeout_s: float, service: str | None = None, what: str = "admin service") -> None:
+    """A gRPC health check (default: the AdminService's), as a client sees it."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -261,9 +301,10 @@ def _check_health(address: str, timeout_s: float) -> None:
 
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        response = stub.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=timeout_s)
+        request = health_pb2.HealthCheckRequest(service=SERVICE_NAME if service is None else service)
+        response = stub.Check(request, timeout=timeout_s)
     if response.status != health_pb2.HealthCheckResponse.SERVING:
-        raise LaunchError(f"the admin service at {address} is not serving ({response.status})")
+        raise LaunchError(f"the {what} at {address} is not serving ({response.status})")
 
 
 def launch(
@@ -271,6 +312,8 @@ def launch(
     *,
     shards: int = DEFAULT_SHARDS,
     admin_port: int = DEFAULT_ADMIN_PORT,
+    gateway_port: int | None = DEFAULT_GATEWAY_PORT,
+    metrics_port: int | None = DEFAULT_METRICS_PORT,
     host: str = DEFAULT_HOST,
     num_cpus: int | None = None,
     fsync: bool = True,
@@ -279,19 +322,36 @@ def launch(
 ) -> Cluster:
     """Start everything and return once it answers; :class:`LaunchError` (one line) if it cannot.
 
-    ``admin_port=0`` picks a free port (``Cluster.admin_port`` tells which). ``say`` receives the start-up
+    ``admin_port=0`` picks a free port (``Cluster.admin_port`` tells which); so does ``gateway_port=0``
+    (``Cluster.gateway_port``); ``gateway_port=None`` starts no gateway. ``say`` receives the start-up
     notes meant for the operator (e.g. that Ray's session went to a fallback directory).
     """
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise LaunchError(f"--shards must be a positive integer, got {shards!r}")
     if isinstance(admin_port, bool) or not isinstance(admin_port, int) or not 0 <= admin_port <= 65535:
         raise LaunchError(f"--admin-port must be in 0..65535, got {admin_port!r}")
+    if gateway_port is not None and (
+        isinstance(gateway_port, bool) or not isinstance(gateway_port, int) or not 0 <= gateway_port <= 65535
+    ):
+        raise LaunchError(f"--gateway-port must be in 0..65535, got {gateway_port!r}")
+    if gateway_port and gateway_port == admin_port:
+        raise LaunchError(f"--gateway-port and --admin-port must differ, both are {admin_port}")
+    if metrics_port is not None and (
+        isinstance(metrics_port, bool) or not isinstance(metrics_port, int) or not 0 <= metrics_port <= 65535
+    ):
+        raise LaunchError(f"--metrics-port must be in 0..65535, got {metrics_port!r}")
+    if metrics_port and metrics_port in (admin_port, gateway_port):
+        raise LaunchError(f"--metrics-port must differ from the admin and gateway ports, got {metrics_port}")
     say = say or (lambda _line: None)
     data_dir = Path(data_dir).absolute()
     lock_fd = _prepare_data_dir(data_dir)
     try:
         if admin_port:
             _check_port_free(host, admin_port)
+        if gateway_port:
+            _check_port_free(host, gateway_port, "the usage gateway")
+        if metrics_port:
+            _check_port_free(host, metrics_port, "the metrics endpoint")
         temp_dir = ray_temp_dir_for(data_dir)
         fallback = temp_dir is None
         if temp_dir is None:
@@ -305,7 +365,16 @@ def launch(
     except BaseException:
         os.close(lock_fd)
         raise
-    cluster = Cluster(data_dir, host, admin_port, temp_dir, fallback, _lock_fd=lock_fd)
+    cluster = Cluster(
+        data_dir,
+        host,
+        admin_port,
+        temp_dir,
+        fallback,
+        gateway_port=gateway_port,
+        metrics_port=metrics_port,
+        _lock_fd=lock_fd,
+    )
     try:
         _start(cluster, shards=shards, num_cpus=num_cpus, fsync=fsync, ready_timeout_s=ready_timeout_s)
     except BaseException:
@@ -324,6 +393,7 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
     os.environ["RAY_TMPDIR"] = str(cluster.ray_temp_dir)
     if not os.environ.get("RAY_AUTH_TOKEN"):
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # else Ray writes one to ~/.ray/auth_token
+    _forget_ray_auth_token()
 
     import ray
     from quotaplane.actors import start_controller, start_shard
@@ -370,6 +440,40 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
         raise
     except Exception as e:
         raise LaunchError(f"the admin service at {cluster.admin_address} does not answer: {_first_line(e)}") from None
+    if cluster.gateway_port is not None:
+        _start_gateway(cluster, remaining())
+    if cluster.metrics_port is not None:
+        from .metrics import start_metrics_endpoint
+
+        try:
+            cluster.metrics, cluster.metrics_port = start_metrics_endpoint(
+                cluster.controller, cluster.shards, host=cluster.host, port=cluster.metrics_port
+            )
+        except OSError as e:
+            raise LaunchError(f"{_first_line(e)} for the metrics endpoint") from None
+
+
+def _start_gateway(cluster: Cluster, timeout_s: float) -> None:
+    """The usage gateway in this process, over the cluster's controller and shards; ready when it answers."""
+    from .gateway import QUOTA_SERVICE_NAME, serve_gateway
+
+    assert cluster.gateway_port is not None
+    try:
+        cluster.gateway_server, cluster.gateway_port, cluster.gateway = serve_gateway(
+            cluster.controller, cluster.shards, _address(cluster.host, cluster.gateway_port)
+        )
+    except OSError as e:
+        raise LaunchError(f"{_first_line(e)} for the usage gateway") from None
+    except Exception as e:
+        raise LaunchError(f"the usage gateway did not start: {_first_line(e)}") from None
+    address = cluster.gateway_address
+    assert address is not None
+    try:
+        _check_health(address, timeout_s, QUOTA_SERVICE_NAME, "usage gateway")
+    except LaunchError:
+        raise
+    except Exception as e:
+        raise LaunchError(f"the usage gateway at {address} does not answer: {_first_line(e)}") from None
 
 
 def _ray_reason(exc: BaseException) -> str:

@@ -17,9 +17,12 @@ T = TypeVar("T")
 _ENV = ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """``ray.init`` once. Ray 2.60 writes its session under ``/tmp/ray`` and a generated auth token to
+    """``ray.init`` once per module (and ``ray.shutdown`` after it, so later tests, e.g. ``launch()`` in
+    tests/services, can start their own Ray in this process).
+
+    Ray 2.60 writes its session under ``/tmp/ray`` and a generated auth token to
     ``~/.ray/auth_token`` unless told otherwise: the temp dir goes to pytest's tmp dir and the token is
     given in the environment (token auth stays on; workers inherit it; ``RAY_AUTH_MODE`` is read once
     at import, so it is left unset and Ray enables token mode when it finds ``RAY_AUTH_TOKEN``).

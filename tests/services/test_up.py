@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from quotaplane.services.launcher import ray_temp_dir_for
 
 _SCRIPT = Path(sys.executable).parent / "quotaplane"
 _COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "quotaplane.services.cli"]
+#: the usage gateway and the metrics endpoint on free ports, so tests never depend on 9094 / 9464 being free
+_FREE_PORTS = ("--gateway-port", "0", "--metrics-port", "0")
 _READY_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 20.0
 _ALICE = ("--entity-type", "users", "--entity-name", "alice")
@@ -104,7 +107,7 @@ class Up:
         self.address = f"127.0.0.1:{port}"
         self.stderr_path = data_dir.parent / f"up-{port}-{time.monotonic_ns()}.err"
         self._stderr = self.stderr_path.open("w")
-        args = ["up", "--data-dir", str(data_dir), "--admin-port", str(port), "--shards", "2", *extra]
+        args = ["up", "--data-dir", str(data_dir), "--admin-port", str(port), "--shards", "2", *_FREE_PORTS, *extra]
         self.proc = subprocess.Popen(
             [*_COMMAND, *args], stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env
         )
@@ -191,7 +194,9 @@ def fails_with_one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def run_up(env: dict[str, str], *args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*_COMMAND, "up", *args], capture_output=True, text=True, env=env, timeout=timeout_s)
+    return subprocess.run(
+        [*_COMMAND, "up", *_FREE_PORTS, *args], capture_output=True, text=True, env=env, timeout=timeout_s
+    )
 
 
 def _assert_gone(up: Up, timeout_s: float = 10.0) -> None:
@@ -235,6 +240,11 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
         assert fails_with_one_line(refused) == "Error: Quota producer_byte_rate must be greater than 0"
         # both shards applied the change (reported by `up` as the offsets move; no gateway traffic yet)
         up.wait_line(lambda line: line == "quotaplane up: config log end offset 1; shards applied 0=1, 1=1")
+        # the metrics endpoint announced at start-up serves the cluster's offsets
+        [url] = [line.split("metrics on ", 1)[1] for line in up.lines if "metrics on http" in line]
+        with urllib.request.urlopen(url, timeout=10) as response:
+            scraped = response.read().decode()
+        assert "quotaplane_config_end_offset 1.0" in scraped.splitlines()
 
         code, took = up.terminate()
         assert code == 0, up.stderr_path.read_text()

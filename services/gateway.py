@@ -1,0 +1,815 @@
+"""The usage gateway: gRPC ``QuotaService`` / ``ProducerIdService`` in front of the shard actors.
+
+A broker, broker plugin or Kafka proxy streams batches of usage items; the gateway answers Kafka's
+``throttle_time_ms`` for each, computed by the shard that owns the item's sensor, so an entity has one
+budget across the fleet. The gateway is a Ray driver (it joins the cluster of ``quotaplane up``).
+
+**Which sensor: Kafka's two-stage resolution, done twice at the same offset.** Kafka decides which clients
+share a sensor from the *metric tags* (``DefaultQuotaCallback.quotaMetricTags``: ``(user, client-id)``,
+``(user, "")`` or ``("", client-id)`` depending on which quota entities exist). The gateway keeps a replica
+of the config (:class:`ConfigReplica`: a ConfigImage plus quota managers bound to it by a
+``ManagerBinding``, used only for their callbacks) and resolves every item's tags; the shard key is
+``(quota type, user tag, client-id tag)`` and rendezvous hashing over the shard ids picks its owner. The
+shard resolves the tags again with its own managers (that is where the sensor lives), so both must read
+the same image: every batch carries the gateway's config offset (``ShardActor.record_usage_at``). A shard
+behind catches up first; a shard ahead records nothing and answers its offset: the gateway catches up,
+resolves and routes those items again, and resends them. Sending resolved tags instead would need a
+"record into these tags" entry point in the core; the offset fence keeps the core untouched and makes
+gateway and shard agree on the sensor *and* its limit. Producer ids are keyed by user (no tags).
+
+**Propagation delay.** The replica polls the controller (``read_from``) every ``poll_interval_s``
+(default 50 ms) and catches up at once when a shard reports a newer offset. A quota change is therefore
+used by a gateway at most ~``poll_interval_s`` + one controller call after it was acknowledged, and by a
+shard no later than the first batch routed at the new offset (the controller's push usually gets there
+first). The gateway does not subscribe to pushes because it is a driver, not an actor.
+
+**Batching and order.** Items are grouped per owning shard and queued; one worker thread per shard drains
+its queue into micro-batches (at most ``max_shard_batch_items`` items, waiting at most ``linger_s`` ~1 ms
+for more) and makes one actor call per micro-batch. Items reach a shard in the order they arrived, and a
+stream's answers are sent in the order of its requests (several may be in flight). Back-pressure: at most
+``max_in_flight_items`` items are queued or in flight; a unary call beyond that is RESOURCE_EXHAUSTED with
+a ``retry-after-ms`` trailer, a stream waits (gRPC flow control then slows the sender) up to
+``stream_wait_s`` and then answers that batch with the same error in-band.
+
+**Errors.** Bad input (empty or oversized batch, unknown quota type, negative / NaN / infinite value,
+empty or oversized names, names with NUL, a negative ``now_ms``) is INVALID_ARGUMENT with a message naming
+the item; nothing of the batch is recorded and the server (and the stream) goes on. A shard that is dead
+or restarting is UNAVAILABLE (usage kept by a restarted shard is lost, see ``actors/README.md``).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from quotaplane.actors import RendezvousPlacement
+from quotaplane.v1 import quota_pb2 as pb
+from quotaplane.v1 import quota_pb2_grpc
+
+from quotaplane.config import (
+    ConfigImage,
+    ManagerBinding,
+    OffsetOutOfRangeError,
+    changes_between,
+    decode_columns,
+    events_of,
+    startup_configs,
+)
+from quotaplane.quota import build_quota_managers, sanitize
+
+__all__ = [
+    "DEFAULT_GATEWAY_PORT",
+    "PRODUCER_ID_SERVICE_NAME",
+    "QUOTA_SERVICE_NAME",
+    "RETRY_AFTER_TRAILER",
+    "ConfigReplica",
+    "Gateway",
+    "GatewayConfig",
+    "ProducerIdServicer",
+    "QuotaServicer",
+    "serve_gateway",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GATEWAY_PORT = 9094
+QUOTA_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QuotaService"].full_name
+PRODUCER_ID_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ProducerIdService"].full_name
+#: Trailing metadata of RESOURCE_EXHAUSTED: milliseconds to wait before sending again.
+RETRY_AFTER_TRAILER = "retry-after-ms"
+
+#: The wire's quota types, by the names the shards' ``QuotaType.parse`` takes.
+_TYPE_NAMES = {pb.PRODUCE: "PRODUCE", pb.FETCH: "FETCH"}
+_MAX_PRODUCER_ID = 2**63 - 1
+_USAGE, _PRODUCER_IDS = 0, 1
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Limits of one gateway (the defaults suit a 2-core machine)."""
+
+    #: Items per request batch, above which a batch is INVALID_ARGUMENT.
+    max_batch_items: int = 10_000
+    #: Longest user / client id, in characters (Kafka sets none; this bounds the gateway's memory).
+    max_name_length: int = 1024
+    #: Items per actor call to one shard.
+    max_shard_batch_items: int = 1000
+    #: How long a shard's worker waits for more items before sending a partial micro-batch.
+    linger_s: float = 0.001
+    #: Items queued or in flight at once, gateway-wide (back-pressure beyond).
+    max_in_flight_items: int = 200_000
+    #: Request batches in flight per stream (answers still go out in order).
+    max_stream_in_flight: int = 32
+    #: How long a stream's batch waits for room before it is refused in-band with RESOURCE_EXHAUSTED.
+    stream_wait_s: float = 5.0
+    #: How often the config replica asks the controller for new events.
+    poll_interval_s: float = 0.05
+    #: Longest wait for a shard's answer before UNAVAILABLE.
+    shard_timeout_s: float = 30.0
+    #: Re-routes of one item after shards reported newer config, before UNAVAILABLE.
+    max_reroutes: int = 8
+
+
+class _BadBatch(Exception):
+    """INVALID_ARGUMENT: the batch is refused as a whole."""
+
+
+class _Unavailable(Exception):
+    """UNAVAILABLE: the shards (or the controller) cannot answer now."""
+
+
+class _Exhausted(Exception):
+    """RESOURCE_EXHAUSTED: the gateway is full."""
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+def _ray_call(ref: Any, timeout_s: float) -> Any:
+    """``ray.get`` with the shard's own error re-raised; a dead, restarting or silent shard (or controller,
+    when the shard could not reach it to catch up) is :class:`_Unavailable`."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, RayActorError | GetTimeoutError):
+            raise _Unavailable(f"a shard cannot reach the config controller: {str(cause).splitlines()[0]}") from None
+        if isinstance(cause, Exception):
+            raise cause from None
+        raise
+    except RayActorError as e:
+        raise _Unavailable(f"a shard is unavailable (restarting?): {str(e).splitlines()[0]}") from None
+    except GetTimeoutError:
+        raise _Unavailable(f"a shard did not answer within {timeout_s:g} s") from None
+
+
+# --- the config replica ------------------------------------------------------------------------------------
+class ConfigReplica:
+    """The controller's image, kept current by polling ``read_from``; resolves items' metric tags.
+
+    Quota managers are built from the image as a shard builds them and kept in step by a
+    ``ManagerBinding``, so their ``DefaultQuotaCallback`` holds exactly the quotas the shards hold; only the
+    callbacks' ``metric_tags`` are used (no sensor is ever created here). Thread-safe: ``lock`` guards the
+    image and callbacks; :meth:`resolve` reads the offset and all tags of a batch under it.
+    """
+
+    def __init__(self, controller: Any, *, timeout_s: float = 30.0, max_events: int = 10_000) -> None:
+        self._controller = controller
+        self._timeout_s = timeout_s
+        self._max_events = max_events
+        self.lock = threading.RLock()
+        self.image = ConfigImage()
+        self.polls = 0
+        #: (quota type, user, client id) -> shard key, valid for the current offset (emptied on every change)
+        self._keys: dict[tuple[str, str, str], str] = {}
+        self._pull(initial=True)
+        self._build()
+
+    def _call(self, method: str, *args: Any) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        try:
+            return ray.get(getattr(self._controller, method).remote(*args), timeout=self._timeout_s)
+        except RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise
+        except (RayActorError, GetTimeoutError) as e:
+            raise _Unavailable(f"the config controller is unavailable: {str(e).splitlines()[0]}") from None
+
+    def _build(self) -> None:
+        startup = startup_configs(self.image)
+        self.quotas = build_quota_managers(startup.quota, now_ms=wall_clock_ms())
+        self._callbacks = {"PRODUCE": self.quotas.produce.quota_callback, "FETCH": self.quotas.fetch.quota_callback}
+        self.binding = ManagerBinding(quotas=self.quotas)
+        self.binding.load(self.image)
+
+    @property
+    def offset(self) -> int:
+        """The next offset this replica expects (= events applied)."""
+        return self.image.end_offset
+
+    def _pull(self, *, initial: bool = False) -> bool:
+        """Apply everything the controller has past our offset; True if anything changed.
+
+        The controller is asked without holding ``lock`` (resolution goes on meanwhile); events are applied
+        under it, skipping what a concurrent pull already applied."""
+        changed = False
+        while True:
+            try:
+                batches = self._call("read_from", self.image.end_offset, self._max_events)
+            except OffsetOutOfRangeError:
+                new = self._call("snapshot").to_image()
+                with self.lock:
+                    if new.end_offset > self.image.end_offset:
+                        if not initial:
+                            self.binding.apply_changes(changes_between(self.image, new), new)
+                        self.image = new
+                        self._keys = {}
+                changed = True
+                continue
+            if not batches:
+                return changed
+            with self.lock:
+                for base, payload in batches:
+                    columns = decode_columns(payload)
+                    if initial:
+                        self.image.replay_columns(base, columns)
+                        continue
+                    for offset, event in enumerate(events_of(columns), base):
+                        if offset >= self.image.end_offset:
+                            self.binding.apply(self.image.apply(offset, event), self.image)
+                self._keys = {}
+            changed = True
+
+    def poll(self) -> bool:
+        """One round: apply the controller's new events, if any."""
+        self.polls += 1
+        return self._pull()
+
+    def catch_up(self, target: int) -> None:
+        """Reach at least ``target`` (a shard said it is there)."""
+        if self.image.end_offset < target:
+            self._pull()
+
+    def resolve(self, items: Sequence[tuple[str, str, str, float, int]]) -> tuple[int, list[str]]:
+        """The offset and each usage item's shard key ``type NUL user-tag NUL client-id-tag``."""
+        with self.lock:
+            callbacks = self._callbacks
+            cache = self._keys
+            if len(cache) > 500_000:
+                cache = self._keys = {}
+            keys = []
+            append = keys.append
+            for quota_type, user, client_id, _value, _now in items:
+                key = cache.get((quota_type, user, client_id))
+                if key is None:
+                    user_tag, client_tag = callbacks[quota_type].metric_tags(sanitize(user), client_id)
+                    key = cache[(quota_type, user, client_id)] = f"{quota_type}\x00{user_tag}\x00{client_tag}"
+                append(key)
+            return self.image.end_offset, keys
+
+
+# --- pending requests and per-shard workers ---------------------------------------------------------------
+class _Pending:
+    """One request batch: its items, where their answers go, and when it is done."""
+
+    __slots__ = (
+        "closed",
+        "done",
+        "error",
+        "items",
+        "kind",
+        "lock",
+        "now_ms",
+        "offset",
+        "remaining",
+        "reroutes",
+        "results",
+    )
+
+    def __init__(self, kind: int, items: list[Any], now_ms: int) -> None:
+        self.kind = kind
+        self.items = items
+        self.now_ms = now_ms
+        self.results: list[int] = [0] * len(items)
+        self.remaining = len(items)
+        self.offset = 0
+        self.error: Exception | None = None
+        self.reroutes = 0
+        self.lock = threading.Lock()
+        self.closed = False  # answered or failed: decided under ``lock``, exactly once
+        self.done = threading.Event()
+
+    def fill(self, indices: Sequence[int], throttles: Sequence[int], offset: int) -> bool:
+        with self.lock:
+            results = self.results
+            for index, throttle in zip(indices, throttles, strict=True):
+                results[index] = throttle
+            self.offset = max(self.offset, offset)
+            self.remaining -= len(indices)
+            finished = self.remaining == 0 and not self.closed
+            if finished:
+                self.closed = True
+        if finished:
+            self.done.set()
+        return finished
+
+    def fail(self, error: Exception) -> bool:
+        with self.lock:
+            if self.closed:
+                return False
+            self.closed = True
+            self.error = error
+        self.done.set()
+        return True
+
+
+@dataclass(slots=True)
+class _Unit:
+    """Some items of one request, for one shard, resolved at ``offset``."""
+
+    pending: _Pending
+    indices: list[int]
+    offset: int
+
+
+class _ShardWorker(threading.Thread):
+    """Drains one shard's queue into micro-batches: one actor call each, one call in flight."""
+
+    def __init__(self, gateway: Gateway, shard_id: str, handle: Any) -> None:
+        super().__init__(name=f"gateway-shard-{shard_id}", daemon=True)
+        self.gateway = gateway
+        self.shard_id = shard_id
+        self.handle = handle
+        self.queue: collections.deque[_Unit] = collections.deque()
+        self.cond = threading.Condition()
+        self.batches = 0
+        self.items = 0
+
+    def put(self, units: Sequence[_Unit], *, front: bool = False) -> None:
+        with self.cond:
+            if front:
+                self.queue.extendleft(reversed(units))
+            else:
+                self.queue.extend(units)
+            self.cond.notify()
+
+    def _take(self) -> list[_Unit] | None:
+        config = self.gateway.config
+        with self.cond:
+            while not self.queue:
+                if self.gateway.stopping:
+                    return None
+                self.cond.wait(0.1)
+            first = self.queue.popleft()
+            units = [first]
+            count = len(first.indices)
+            deadline = time.monotonic() + config.linger_s
+            while count < config.max_shard_batch_items:
+                if not self.queue:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.cond.wait(left)
+                    if not self.queue:
+                        break
+                head = self.queue[0]
+                if head.offset != first.offset or head.pending.kind != first.pending.kind:
+                    break
+                if count + len(head.indices) > config.max_shard_batch_items and count:
+                    break
+                units.append(self.queue.popleft())
+                count += len(head.indices)
+            return units
+
+    def run(self) -> None:
+        while True:
+            units = self._take()
+            if units is None:
+                return
+            try:
+                self._send(units)
+            except Exception as e:  # never lose a worker: fail what it held
+                if not isinstance(e, _Unavailable | _BadBatch):
+                    log.exception("shard %s: a micro-batch failed", self.shard_id)
+                for unit in units:
+                    self.gateway.finish(unit.pending, error=e)
+
+    def _send(self, units: list[_Unit]) -> None:
+        gateway = self.gateway
+        offset = units[0].offset
+        kind = units[0].pending.kind
+        items: list[Any] = []
+        if kind == _USAGE:
+            for unit in units:
+                source = unit.pending.items
+                items.extend(source[i] for i in unit.indices)
+            ref = self.handle.record_usage_at.remote(offset, items)
+        else:
+            for unit in units:
+                source = unit.pending.items
+                items.extend(source[i] for i in unit.indices)
+            ref = self.handle.record_producer_ids_at.remote(offset, items, items[0][2])
+        try:
+            shard_offset, throttles = _ray_call(ref, gateway.config.shard_timeout_s)
+        except ValueError as e:  # the shard's validation: the gateway's check missed something
+            raise _BadBatch(str(e).splitlines()[0]) from None
+        self.batches += 1
+        if throttles is None:
+            if shard_offset < offset:  # it could not catch up to the gateway's config
+                raise _Unavailable(f"shard {self.shard_id} is behind the config ({shard_offset} < {offset})")
+            gateway.reroute(units, shard_offset)  # it is ahead of the offset these items were routed at
+            return
+        self.items += len(items)
+        start = 0
+        for unit in units:
+            end = start + len(unit.indices)
+            if unit.pending.fill(unit.indices, throttles[start:end], shard_offset):
+                gateway.finish(unit.pending)
+            start = end
+
+
+# --- the gateway -------------------------------------------------------------------------------------------
+class Gateway:
+    """Validation, resolution, routing, back-pressure: what both servicers share."""
+
+    def __init__(
+        self,
+        controller: Any,
+        shards: Mapping[str, Any],
+        *,
+        config: GatewayConfig | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        if not shards:
+            raise ValueError("a gateway needs at least one shard")
+        self.config = config or GatewayConfig()
+        self.clock = clock
+        self.stopping = False
+        self._stop = threading.Event()
+        self.replica = ConfigReplica(controller, timeout_s=self.config.shard_timeout_s)
+        self.placement = RendezvousPlacement([str(s) for s in shards])
+        self.workers = {str(s): _ShardWorker(self, str(s), h) for s, h in shards.items()}
+        self._owner_cache: dict[str, str] = {}
+        self._in_flight = 0
+        self._room = threading.Condition()
+        self._completed_items = 0
+        #: micro-batches a shard refused because it was at a newer config (each then routed again)
+        self.reroutes = 0
+        self._started = time.monotonic()
+        for worker in self.workers.values():
+            worker.start()
+        self._poller = threading.Thread(target=self._poll_loop, name="gateway-config-poll", daemon=True)
+        self._poller.start()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the poller and the shard workers and wait for them (a call in flight gets ``timeout_s``), so
+        nothing of this gateway touches Ray after it returns: Ray may be shut down next."""
+        self.stopping = True
+        self._stop.set()
+        for worker in self.workers.values():
+            with worker.cond:
+                worker.cond.notify_all()
+        deadline = time.monotonic() + timeout_s
+        for thread in [self._poller, *self.workers.values()]:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def config_offset(self) -> int:
+        return self.replica.offset
+
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(self.config.poll_interval_s):
+            try:
+                self.replica.poll()
+            except Exception as e:  # keep the last image; the next round retries
+                if self.stopping:
+                    return
+                log.warning("config poll failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+    # --- validation ------------------------------------------------------------------------------------
+    def _check_size(self, count: int) -> None:
+        if count == 0:
+            raise _BadBatch("empty batch: send at least one item")
+        if count > self.config.max_batch_items:
+            raise _BadBatch(f"batch of {count} items is over the limit of {self.config.max_batch_items}")
+
+    def _check_name(self, index: int, what: str, name: str, *, allow_empty: bool) -> None:
+        if not name and not allow_empty:
+            raise _BadBatch(f"item {index}: {what} must not be empty (the principal's name)")
+        if len(name) > self.config.max_name_length:
+            raise _BadBatch(f"item {index}: {what} is longer than {self.config.max_name_length} characters")
+        if "\x00" in name:
+            raise _BadBatch(f"item {index}: {what} contains a NUL character")
+
+    def usage_items(self, batch: pb.UsageBatch, now_ms: int) -> list[tuple[str, str, str, float, int]]:
+        """The batch's items as ``(type, user, client_id, value, now_ms)``, every item checked first."""
+        self._check_size(len(batch.items))
+        items = []
+        append = items.append
+        max_name = self.config.max_name_length
+        for index, item in enumerate(batch.items):
+            quota_type, user, client_id, value = item.quota_type, item.user, item.client_id, item.value
+            if quota_type not in _TYPE_NAMES:
+                raise _BadBatch(f"item {index}: unknown quota type {quota_type}; expected PRODUCE or FETCH")
+            if not (0.0 <= value < math.inf):
+                raise _BadBatch(f"item {index}: value must be a finite number >= 0, got {value!r}")
+            if not user or len(user) > max_name or len(client_id) > max_name or "\x00" in user or "\x00" in client_id:
+                self._check_name(index, "user", user, allow_empty=False)
+                self._check_name(index, "client_id", client_id, allow_empty=True)
+            t = item.now_ms if item.HasField("now_ms") else now_ms
+            if t < 0:
+                raise _BadBatch(f"item {index}: now_ms must be >= 0, got {t}")
+            append((_TYPE_NAMES[quota_type], user, client_id, value, t))
+        return items
+
+    def producer_id_items(self, batch: pb.ProducerIdBatch, now_ms: int) -> list[tuple[str, int, int]]:
+        self._check_size(len(batch.items))
+        items = []
+        for index, item in enumerate(batch.items):
+            self._check_name(index, "user", item.user, allow_empty=False)
+            if not 0 <= item.producer_id <= _MAX_PRODUCER_ID:
+                raise _BadBatch(f"item {index}: producer_id must be >= 0, got {item.producer_id}")
+            t = item.now_ms if item.HasField("now_ms") else now_ms
+            if t < 0:
+                raise _BadBatch(f"item {index}: now_ms must be >= 0, got {t}")
+            items.append((item.user, item.producer_id, t))
+        return items
+
+    # --- admission -------------------------------------------------------------------------------------
+    def _retry_after_ms(self) -> int:
+        elapsed = max(1e-3, time.monotonic() - self._started)
+        rate = max(1_000.0, self._completed_items / elapsed)
+        return int(min(1000, max(1, 1000 * self._in_flight / rate)))
+
+    def admit(self, count: int, wait_s: float) -> None:
+        """Reserve room for ``count`` items, waiting up to ``wait_s``; _Exhausted if there is none."""
+        deadline = time.monotonic() + wait_s
+        with self._room:
+            while self._in_flight + count > self.config.max_in_flight_items and self._in_flight > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _Exhausted(
+                        f"the gateway is full ({self._in_flight} items in flight); retry later",
+                        self._retry_after_ms(),
+                    )
+                self._room.wait(left)
+            self._in_flight += count
+
+    def finish(self, pending: _Pending, error: Exception | None = None) -> None:
+        """A request is answered (or failed): give its room back once."""
+        if error is not None and not pending.fail(error):
+            return
+        with self._room:
+            self._in_flight -= len(pending.items)
+            self._completed_items += len(pending.items)
+            self._room.notify_all()
+
+    # --- routing ---------------------------------------------------------------------------------------
+    def _owner(self, key: str) -> str:
+        owner = self._owner_cache.get(key)
+        if owner is None:
+            if len(self._owner_cache) > 100_000:
+                self._owner_cache.clear()
+            owner = self._owner_cache[key] = self.placement.owner(key)
+        return owner
+
+    def _route(self, pending: _Pending, indices: Sequence[int] | None = None, *, front: bool = False) -> None:
+        items = pending.items
+        chosen = range(len(items)) if indices is None else indices
+        if pending.kind == _USAGE:
+            offset, keys = self.replica.resolve([items[i] for i in chosen])
+        else:
+            offset, keys = self.replica.offset, [items[i][0] for i in chosen]
+        groups: dict[str, list[int]] = {}
+        owner = self._owner
+        for index, key in zip(chosen, keys, strict=True):
+            shard = owner(key)
+            group = groups.get(shard)
+            if group is None:
+                groups[shard] = [index]
+            else:
+                group.append(index)
+        for shard, group in groups.items():
+            self.workers[shard].put([_Unit(pending, group, offset)], front=front)
+
+    def reroute(self, units: Sequence[_Unit], shard_offset: int) -> None:
+        """A shard was at a newer config than these items were routed at: catch up, route them again,
+        ahead of what is queued (so a shard still sees each stream's items in order)."""
+        self.reroutes += 1
+        try:
+            self.replica.catch_up(shard_offset)
+        except Exception as e:
+            for unit in units:
+                self.finish(unit.pending, error=_Unavailable(f"cannot catch up with the config: {e}"))
+            return
+        for unit in reversed(units):
+            pending = unit.pending
+            pending.reroutes += 1
+            if pending.reroutes > self.config.max_reroutes * max(1, len(self.workers)):
+                self.finish(pending, error=_Unavailable("the shards' config keeps moving; retry"))
+                continue
+            self._route(pending, unit.indices, front=True)
+
+    def submit(self, kind: int, items: list[Any], now_ms: int, wait_s: float) -> _Pending:
+        """Admit, route and queue a validated batch; the caller waits on ``pending.done``."""
+        self.admit(len(items), wait_s)
+        pending = _Pending(kind, items, now_ms)
+        try:
+            self._route(pending)
+        except Exception as e:
+            self.finish(pending, error=e if isinstance(e, _Unavailable) else _Unavailable(str(e)))
+        return pending
+
+    def answer(self, pending: _Pending, batch_id: int) -> pb.ThrottleBatch:
+        """Wait for a submitted batch; its ThrottleBatch, or its error raised."""
+        if not pending.done.wait(self.config.shard_timeout_s + 5):
+            raise _Unavailable("the shards did not answer in time")
+        if pending.error is not None:
+            raise pending.error
+        return pb.ThrottleBatch(batch_id=batch_id, throttle_time_ms=pending.results, config_offset=pending.offset)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "config_offset": self.replica.offset,
+            "in_flight_items": self._in_flight,
+            "reroutes": self.reroutes,
+            "shards": {s: {"batches": w.batches, "items": w.items} for s, w in self.workers.items()},
+        }
+
+
+# --- servicers ---------------------------------------------------------------------------------------------
+def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str, int]:
+    if isinstance(exc, _BadBatch):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc), 0
+    if isinstance(exc, _Exhausted):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), exc.retry_after_ms
+    if isinstance(exc, _Unavailable):
+        return grpc.StatusCode.UNAVAILABLE, str(exc), 0
+    return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see the gateway's log", 0
+
+
+def _unary(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Exceptions become a gRPC status with a one-line message (and the retry-after trailer)."""
+
+    @functools.wraps(method)
+    def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except Exception as exc:
+            code, message, retry_after_ms = _status_of(exc)
+            if code is grpc.StatusCode.INTERNAL:
+                log.exception("%s failed", method.__name__)
+            if retry_after_ms:
+                context.set_trailing_metadata(((RETRY_AFTER_TRAILER, str(retry_after_ms)),))
+            context.abort(code, message.splitlines()[0] if message else code.name)
+
+    return handler
+
+
+class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    @_unary
+    def RecordUsageBatch(self, request: pb.UsageBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
+        gateway = self.gateway
+        items = gateway.usage_items(request, gateway.clock())
+        return gateway.answer(gateway.submit(_USAGE, items, 0, 0.0), request.batch_id)
+
+    def RecordUsage(
+        self, request_iterator: Iterator[pb.UsageBatch], context: grpc.ServicerContext
+    ) -> Iterator[pb.ThrottleBatch]:
+        """Pipelined: a reader thread validates and submits batches as they come; answers are yielded in
+        the order of the requests. Errors are answered in-band and the stream goes on."""
+        gateway = self.gateway
+        answers: queue.Queue[Any] = queue.Queue(maxsize=gateway.config.max_stream_in_flight)
+        stop = threading.Event()
+
+        def put(entry: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    answers.put(entry, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def read() -> None:
+            try:
+                for batch in request_iterator:
+                    try:
+                        items = gateway.usage_items(batch, gateway.clock())
+                        entry: Any = (batch.batch_id, gateway.submit(_USAGE, items, 0, gateway.config.stream_wait_s))
+                    except Exception as exc:
+                        entry = (batch.batch_id, exc)
+                    if not put(entry):
+                        return
+            except Exception as exc:  # the client went away or sent garbage
+                log.debug("RecordUsage stream reader stopped: %s", exc)
+            finally:
+                put(None)
+
+        reader = threading.Thread(target=read, name="gateway-stream-reader", daemon=True)
+        reader.start()
+        try:
+            while True:
+                entry = answers.get()
+                if entry is None:
+                    return
+                batch_id, outcome = entry
+                try:
+                    if isinstance(outcome, Exception):
+                        raise outcome
+                    yield gateway.answer(outcome, batch_id)
+                except Exception as exc:
+                    code, message, retry_after_ms = _status_of(exc)
+                    if code is grpc.StatusCode.INTERNAL:
+                        log.error("RecordUsage batch %s failed: %r", batch_id, exc)
+                    yield pb.ThrottleBatch(
+                        batch_id=batch_id,
+                        error=pb.BatchError(
+                            code=code.value[0], message=message.splitlines()[0], retry_after_ms=retry_after_ms
+                        ),
+                    )
+        finally:
+            stop.set()
+
+
+class ProducerIdServicer(quota_pb2_grpc.ProducerIdServiceServicer):
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    @_unary
+    def RecordProducerIds(self, request: pb.ProducerIdBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
+        gateway = self.gateway
+        items = gateway.producer_id_items(request, gateway.clock())
+        return gateway.answer(gateway.submit(_PRODUCER_IDS, items, 0, 0.0), request.batch_id)
+
+
+class _Server:
+    """The gRPC server and its gateway: ``stop`` stops both (as ``grpc.Server.stop`` is called)."""
+
+    def __init__(self, server: grpc.Server, gateway: Gateway) -> None:
+        self.server = server
+        self.gateway = gateway
+
+    def stop(self, grace: float | None) -> threading.Event:
+        event = self.server.stop(grace)
+        self.gateway.close()
+        return event
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        return self.server.wait_for_termination(timeout)
+
+
+def serve_gateway(
+    controller: Any,
+    shards: Mapping[str, Any],
+    address: str = "127.0.0.1:0",
+    *,
+    config: GatewayConfig | None = None,
+    max_workers: int = 32,
+    clock: Callable[[], int] = wall_clock_ms,
+) -> tuple[_Server, int, Gateway]:
+    """Start a gateway (config replica loaded before it listens) with QuotaService, ProducerIdService,
+    health and reflection; return the server (``stop(grace)``), its port and the gateway.
+
+    Must run in a Ray driver connected to the cluster of ``controller`` and ``shards`` (shard id ->
+    ShardActor handle; every gateway of a fleet must be given the same ids). ``max_workers`` bounds the
+    concurrent RPCs: each open stream holds one. ``SO_REUSEPORT`` is off, as for the admin service.
+    """
+    gateway = Gateway(controller, shards, config=config, clock=clock)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gateway-grpc"),
+        options=[("grpc.so_reuseport", 0)],
+    )
+    quota_pb2_grpc.add_QuotaServiceServicer_to_server(QuotaServicer(gateway), server)
+    quota_pb2_grpc.add_ProducerIdServiceServicer_to_server(ProducerIdServicer(gateway), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (
+            QUOTA_SERVICE_NAME,
+            PRODUCER_ID_SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    for service in ("", QUOTA_SERVICE_NAME, PRODUCER_ID_SERVICE_NAME):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as e:
+        gateway.close()
+        raise OSError(f"cannot listen on {address}: {e}") from None
+    if port == 0:
+        gateway.close()
+        raise OSError(f"cannot listen on {address}")
+    server.start()
+    return _Server(server, gateway), port, gateway

@@ -1,0 +1,349 @@
+"""The metrics endpoint against a real cluster (``launch()``: private local Ray, controller, shards), scraped
+over HTTP, and then by a real Prometheus server (Debian's 2.42 package) loading the shipped rules.
+
+One cluster for the module (Ray's start-up costs seconds); each test records usage under its own user
+names, so the tests do not see each other's series. Usage is recorded at the real clock's time, since the
+endpoint measures Kafka's windowed rates at the scrape's wall-clock time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import ray
+from prometheus_client.parser import text_string_to_metric_families
+from quotaplane.services.launcher import Cluster, launch
+from quotaplane.services.metrics import (
+    MetricsEndpoint,
+    label_name,
+    prometheus_name,
+    start_metrics_endpoint,
+    stop_metrics_endpoint,
+)
+
+from quotaplane.config import (
+    AlterConfigOp,
+    ClientQuotaAlteration,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigStore,
+    OpType,
+)
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+ALICE_QUOTA = 5_200.0
+T = TypeVar("T")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def wait_for(fn: Callable[[], T], until: Callable[[T], bool], *, timeout_s: float, what: str) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = fn()
+        if until(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached in {timeout_s:g} s; last value {value!r}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    data_dir = tmp_path_factory.mktemp("qp")
+    # KIP-786's quota-value metric is a start-up key: set it in the log before the shards build managers.
+    with ConfigStore.open(data_dir / "config", fsync=False) as store:
+        ops = [AlterConfigOp("client.quota.value.metric.enable", OpType.SET, "true")]
+        results = store.incremental_alter_configs(
+            [(ConfigResource(ConfigResourceType.BROKER, ""), ops)], now_ms=now_ms()
+        )
+        assert all(r.ok for r in results), results
+        alteration = ClientQuotaAlteration({"user": "alice", "client-id": "c1"}, [("producer_byte_rate", ALICE_QUOTA)])
+        results = store.alter_client_quotas([alteration], now_ms=now_ms())
+        assert all(r.ok for r in results), results
+    # no usage gateway: usage is recorded on the shards directly, and a fixed gateway port could clash
+    with launch(data_dir, shards=2, admin_port=0, gateway_port=None, metrics_port=None, fsync=False) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def endpoint(cluster: Cluster) -> Iterator[MetricsEndpoint]:
+    server, port = start_metrics_endpoint(cluster.controller, cluster.shards, host="127.0.0.1", port=0)
+    assert port == server.port and port > 0
+    yield server
+    stop_metrics_endpoint(server)
+
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of the page by sample name (counters appear as ``..._total``)."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return samples
+
+
+def values(samples: Samples, name: str, **labels: str) -> list[float]:
+    return [v for lbls, v in samples.get(name, []) if all(lbls.get(k) == x for k, x in labels.items())]
+
+
+def record(shard: Any, user: str, client_id: str, value: float) -> int:
+    throttles = ray.get(shard.record_batch.remote("PRODUCE", [(user, client_id, value)], now_ms()), timeout=30)
+    return throttles[0]
+
+
+# --- pure mapping --------------------------------------------------------------------------------------
+def test_kafka_names_map_to_prometheus_names() -> None:
+    assert prometheus_name("byte-rate", "Produce") == "kafka_quota_produce_byte_rate"
+    assert prometheus_name("quota-value", "Fetch") == "kafka_quota_fetch_quota_value"
+    assert prometheus_name("throttle-time", "ControllerMutation") == "kafka_quota_controllermutation_throttle_time"
+    assert prometheus_name("tokens", "ProducerIds") == "kafka_quota_producerids_tokens"
+    assert prometheus_name("connection-accept-rate", "socket-server-metrics") == (
+        "kafka_socket_server_connection_accept_rate"
+    )
+    assert prometheus_name("count", "kafka-metrics-count") == "kafka_metrics_count"
+    assert label_name("client-id") == "client_id"
+    assert label_name("user") == "user"
+    assert label_name("__x") == "x"
+    assert label_name("9lives") == "_9lives"
+
+
+# --- the endpoint on a real cluster ----------------------------------------------------------------------
+def test_scrape_shows_alices_usage_quota_value_and_offsets(cluster: Cluster, endpoint: MetricsEndpoint) -> None:
+    assert record(cluster.shards["0"], "alice", "c1", 100_000.0) > 0
+    samples = scrape(endpoint.url)
+
+    [byte_rate] = values(samples, "kafka_quota_produce_byte_rate", user="alice", client_id="c1")
+    assert byte_rate > 0
+    assert values(samples, "kafka_quota_produce_quota_value", user="alice", client_id="c1") == [ALICE_QUOTA]
+    # over quota (100 kB against 5.2 kB/s over ~10 s): throttled, and the shard recorded the throttle
+    [throttle] = values(samples, "kafka_quota_produce_throttle_time", user="alice", client_id="c1")
+    assert throttle > 0
+    # entity series carry no shard label; per-shard metrics do
+    for labels, _ in samples["kafka_quota_produce_byte_rate"]:
+        assert "shard" not in labels
+    assert {labels["shard"] for labels, _ in samples["kafka_metrics_count"]} == {"0", "1"}
+
+    end = ray.get(cluster.controller.end_offset.remote())
+    assert end == 2
+    assert values(samples, "quotaplane_config_end_offset") == [end]
+    for shard in ("0", "1"):
+        assert values(samples, "quotaplane_shard_applied_offset", shard=shard) == [end]
+        assert values(samples, "quotaplane_shard_lag_events", shard=shard) == [0]
+        assert values(samples, "quotaplane_shard_up", shard=shard) == [1]
+    assert values(samples, "quotaplane_scrape_controller_errors_total") == [0]
+    assert not samples.get("quotaplane_scrape_shard_errors_total")
+
+
+def test_series_reported_by_two_shards_keep_the_larger_and_are_counted(
+    cluster: Cluster, endpoint: MetricsEndpoint
+) -> None:
+    record(cluster.shards["0"], "dup", "c1", 1_000.0)
+    record(cluster.shards["1"], "dup", "c1", 9_000.0)
+    samples = scrape(endpoint.url)
+    [rate] = values(samples, "kafka_quota_produce_byte_rate", user="dup", client_id="c1")
+    duplicates = values(samples, "quotaplane_series_duplicates_total", metric="kafka_quota_produce_byte_rate")
+    assert duplicates and duplicates[0] >= 1
+    # the larger one: shard 1's 9 kB, nine times shard 0's over the same window
+    small = ray.get(cluster.shards["0"].metrics_snapshot.remote())
+    [small_rate] = [v for n, g, _, t, v in small if (n, g) == ("byte-rate", "Produce") and t.get("user") == "dup"]
+    assert rate > small_rate * 5
+
+
+def test_cardinality_is_bounded_per_metric_keeping_the_highest(cluster: Cluster, endpoint: MetricsEndpoint) -> None:
+    clients = 30
+    items = [("bob", f"b{i:02d}", 1e6 * (i + 1)) for i in range(clients)]
+    ray.get(cluster.shards["1"].record_batch.remote("PRODUCE", items, now_ms()), timeout=30)
+    bounded, _ = start_metrics_endpoint(
+        cluster.controller, cluster.shards, host="127.0.0.1", port=0, max_series_per_metric=5
+    )
+    try:
+        limited = scrape(bounded.url)
+        full = scrape(endpoint.url)
+    finally:
+        bounded.close()
+    total = len(full["kafka_quota_produce_byte_rate"])
+    assert total >= clients + 1
+    kept = limited["kafka_quota_produce_byte_rate"]
+    assert len(kept) == 5
+    assert sorted(labels["client_id"] for labels, _ in kept) == [f"b{i}" for i in range(25, 30)]
+    assert values(limited, "quotaplane_series_dropped_total", metric="kafka_quota_produce_byte_rate") == [total - 5]
+    # quota-value is ranked by the entity's usage: the same five entities keep their bound
+    kept_values = limited["kafka_quota_produce_quota_value"]
+    assert sorted(labels["client_id"] for labels, _ in kept_values) == [f"b{i}" for i in range(25, 30)]
+    for name, samples in limited.items():
+        if name.startswith("kafka_"):
+            assert len(samples) <= 5, name
+
+
+def test_a_shard_that_does_not_answer_is_skipped_and_counted(cluster: Cluster) -> None:
+    @ray.remote(num_cpus=0)
+    class Hung:
+        def metrics_snapshot(self, now_ms: int | None = None) -> list:
+            time.sleep(20)
+            return []
+
+        def applied_offset(self) -> int:
+            return 0
+
+    hung = Hung.remote()
+    shards = {**cluster.shards, "hung": hung}
+    server, _ = start_metrics_endpoint(cluster.controller, shards, host="127.0.0.1", port=0, timeout_s=0.5)
+    try:
+        started = time.monotonic()
+        first = scrape(server.url)
+        second = scrape(server.url)
+        elapsed = time.monotonic() - started
+    finally:
+        server.close()
+        ray.kill(hung)
+    assert elapsed < 3.0, elapsed  # two scrapes, each bounded by the 0.5 s timeout
+    assert values(first, "quotaplane_shard_up", shard="hung") == [0]
+    assert values(first, "quotaplane_shard_up", shard="0") == [1]
+    assert values(first, "quotaplane_scrape_shard_errors_total", shard="hung") == [1]
+    assert values(second, "quotaplane_scrape_shard_errors_total", shard="hung") == [2]
+    assert not values(first, "quotaplane_shard_applied_offset", shard="hung")
+    assert values(first, "quotaplane_shard_applied_offset", shard="1")
+    # the call still pending from the first scrape was not queued again
+    assert server.collector.pending_shards == ["hung"]
+
+
+# --- the shipped Prometheus files, and a real Prometheus server ----------------------------------------------
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"{name} is not installed: these tests need Debian's prometheus package "
+            "(apt-get install -y prometheus; do not start its service)"
+        )
+    return path
+
+
+def _run(*args: str) -> str:
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_shipped_config_and_rules_pass_promtool() -> None:
+    promtool = _binary("promtool")
+    _run(promtool, "check", "config", str(DEPLOY / "prometheus.yml"))
+    _run(promtool, "check", "rules", str(DEPLOY / "rules.yml"))
+    _run(promtool, "test", "rules", str(DEPLOY / "rules_test.yml"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(base: str, path: str, **params: str) -> dict[str, Any]:
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.load(response)
+    except OSError as e:  # not up yet
+        return {"status": "unreachable", "error": str(e)}
+
+
+def _query(base: str, query: str) -> list[dict[str, Any]]:
+    answer = _api(base, "/api/v1/query", query=query)
+    return answer.get("data", {}).get("result", []) if answer.get("status") == "success" else []
+
+
+def test_real_prometheus_scrapes_the_endpoint_and_evaluates_the_rules(
+    cluster: Cluster, endpoint: MetricsEndpoint, tmp_path: Path
+) -> None:
+    prometheus = _binary("prometheus")
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        json.dumps(  # JSON is YAML
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(DEPLOY / "rules.yml")],
+                "scrape_configs": [
+                    {
+                        "job_name": "quotaplane",
+                        "scrape_timeout": "1s",
+                        "static_configs": [{"targets": [f"127.0.0.1:{endpoint.port}"]}],
+                    }
+                ],
+            }
+        )
+    )
+    log = (tmp_path / "prometheus.log").open("w")
+    process = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1h",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        record(cluster.shards["0"], "alice", "c1", 1_000.0)  # keep alice's rate above 0 for the ratio
+        result = wait_for(
+            lambda: _query(base, 'kafka_quota_produce_quota_value{user="alice",client_id="c1"}'),
+            until=bool,
+            timeout_s=30,
+            what="Prometheus returning alice's quota value",
+        )
+        [series] = result
+        assert series["metric"]["job"] == "quotaplane"
+        assert float(series["value"][1]) == ALICE_QUOTA
+
+        ratio = wait_for(
+            lambda: _query(base, 'entity:kafka_quota_usage:ratio{user="alice",client_id="c1"}'),
+            until=bool,
+            timeout_s=15,
+            what="the recording rule entity:kafka_quota_usage:ratio for alice",
+        )
+        [ratio_series] = ratio
+        assert ratio_series["metric"]["quota"] == "produce"
+        value = float(ratio_series["value"][1])
+        assert math.isfinite(value) and 0 <= value < 100
+
+        # every rule evaluated on the real series without an error (e.g. a label-set clash)
+        groups = wait_for(
+            lambda: _api(base, "/api/v1/rules").get("data", {}).get("groups", []),
+            until=lambda gs: gs and all(r.get("lastEvaluation", "").startswith("2") for g in gs for r in g["rules"]),
+            timeout_s=10,
+            what="every rule evaluated",
+        )
+        bad = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
+        assert not bad, bad
+        assert _query(base, 'up{job="quotaplane"}')[0]["value"][1] == "1"
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
