@@ -55,6 +55,7 @@ from ._dynamic_configs import (
     validate_topic_name,
 )
 from ._image import ConfigImage
+from ._records import client_metrics_event, client_quota_event, config_event, record_entity
 
 __all__ = [
     "AlterConfigOp",
@@ -190,7 +191,7 @@ def plan_alter_client_quotas(
             # Kafka keys results by entity: a repeated entity fails, and so does its first occurrence.
             message = f"Ignoring duplicate entity {format_entity(checked.key)}"
             plan.results[seen[checked.key]] = Result(Errors.INVALID_REQUEST, message)
-            plan.records = [r for r in plan.records if _record_entity(r) != checked.key]
+            plan.records = [r for r in plan.records if record_entity(r.client_quota) != checked.key]
             plan.results.append(Result(Errors.INVALID_REQUEST, message))
             continue
         seen[checked.key] = index
@@ -200,12 +201,6 @@ def plan_alter_client_quotas(
         except ApiError as e:
             plan.results.append(Result.of(e))
     return plan
-
-
-def _record_entity(event: pb.Event) -> EntityKey:
-    return tuple(
-        (e.entity_type, e.entity_name if e.HasField("entity_name") else None) for e in event.client_quota.entity
-    )
 
 
 def _alter_entity(
@@ -223,11 +218,11 @@ def _alter_entity(
     for key, value in alterations.items():
         if value is None:  # as Kafka: a removal is not validated, and removing an unset key is a no-op
             if key in current:
-                records.append(_quota_event(entity, key, None))
+                records.append(client_quota_event(entity, key, None))
             continue
         checked = validate_quota_key_value(config_keys, key, value)
         if current.get(key) != checked:
-            records.append(_quota_event(entity, key, checked))
+            records.append(client_quota_event(entity, key, checked))
     return records
 
 
@@ -244,21 +239,6 @@ def _quota_ops(ops: object) -> list[tuple[str, float | None]]:
             raise InvalidRequestError(f"Invalid configuration key {key!r}")
         pairs.append((key, value))
     return pairs
-
-
-def _quota_event(entity: EntityKey, key: str, value: float | None) -> pb.Event:
-    event = pb.Event()
-    record = event.client_quota
-    for entity_type, name in entity:
-        component = record.entity.add(entity_type=entity_type)
-        if name is not None:
-            component.entity_name = name
-    record.key = key
-    if value is None:
-        record.remove = True
-    else:
-        record.value = value
-    return event
 
 
 def describe_client_quotas(
@@ -465,43 +445,16 @@ def _alter_resource(image: ConfigImage, resource: ConfigResource, ops: Sequence[
         validate_client_metrics(name, after, current)
         if after == current:
             return []
-        return [_client_metrics_event(name, after)]
+        return [client_metrics_event(name, after)]
     for key, value in changed.items():
         validate_config_value(rtype, key, value)
     # KAFKA-14136: a BROKER resource gets a record for every key the request names, changed or not (a
     # deletion of an unset key included), so nodes reload; other resources only for actual changes.
     return [
-        _config_event(rtype, name, key, value)
+        config_event(rtype, name, key, value)
         for key, value in changed.items()
         if value != current.get(key) or rtype is ConfigResourceType.BROKER
     ]
-
-
-def _client_metrics_event(name: str, configs: Mapping[str, str]) -> pb.Event:
-    event = pb.Event()
-    record = event.client_metrics
-    record.name = name
-    if not configs:
-        record.delete = True
-        return event
-    if METRICS_CONFIG in configs:
-        record.metrics = configs[METRICS_CONFIG]
-    if INTERVAL_MS_CONFIG in configs:
-        record.interval_ms = int(configs[INTERVAL_MS_CONFIG].strip())
-    if MATCH_CONFIG in configs:
-        record.match = configs[MATCH_CONFIG]
-    return event
-
-
-def _config_event(rtype: ConfigResourceType, name: str, key: str, value: str | None) -> pb.Event:
-    event = pb.Event()
-    record = event.config
-    record.resource_type = int(rtype)
-    record.resource_name = name
-    record.name = key
-    if value is not None:
-        record.value = value
-    return event
 
 
 def describe_configs(image: ConfigImage, resource: ConfigResource) -> list[ConfigEntry]:

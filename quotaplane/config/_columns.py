@@ -32,6 +32,7 @@ from typing import Final
 
 from ..v1 import config_events_pb2 as pb
 from ._client_quotas import EntityKey
+from ._records import client_quota_event, record_entity
 
 __all__ = [
     "KIND_CLIENT_METRICS",
@@ -69,15 +70,6 @@ def entity_of(entity_id_: str) -> EntityKey:
     return key
 
 
-def _record_entity(record: pb.ClientQuotaRecord) -> EntityKey:
-    return tuple(
-        sorted(
-            ((e.entity_type, e.entity_name if e.HasField("entity_name") else None) for e in record.entity),
-            key=lambda pair: pair[0],
-        )
-    )
-
-
 def encode_events(events: Sequence[pb.Event], offsets: Iterable[int] | None = None) -> bytes:
     """Serialize events as one ``EventColumns`` (``offsets`` for snapshot frames only)."""
     columns = pb.EventColumns()
@@ -95,7 +87,7 @@ def encode_events(events: Sequence[pb.Event], offsets: Iterable[int] | None = No
         if kind == "client_quota":
             record = event.client_quota
             kinds.append(KIND_CLIENT_QUOTA)
-            entities.append(entity_id(_record_entity(record)))
+            entities.append(entity_id(record_entity(record)))
             keys.append(record.key)
             values.append(record.value)
             removes.append(record.remove)
@@ -161,16 +153,9 @@ def events_of(columns: pb.EventColumns) -> list[pb.Event]:
             commit_time_ms=columns.commit_time_ms[i], principal=columns.principal[i], request_id=columns.request_id[i]
         )
         if kind == KIND_CLIENT_QUOTA:
-            record = event.client_quota
-            for entity_type, name in entity_of(columns.quota_entity[quota]):
-                component = record.entity.add(entity_type=entity_type)
-                if name is not None:
-                    component.entity_name = name
-            record.key = columns.quota_key[quota]
-            if columns.quota_remove[quota]:
-                record.remove = True
-            else:
-                record.value = columns.quota_value[quota]
+            value = None if columns.quota_remove[quota] else columns.quota_value[quota]
+            record = client_quota_event(entity_of(columns.quota_entity[quota]), columns.quota_key[quota], value)
+            event.client_quota.CopyFrom(record.client_quota)
             quota += 1
         elif kind == KIND_CLIENT_METRICS:
             event.client_metrics.CopyFrom(columns.client_metrics[metrics])

@@ -24,11 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from ..telemetry._configs import INTERVAL_MS_CONFIG, MATCH_CONFIG, METRICS_CONFIG
 from ..v1 import config_events_pb2 as pb
 from ._client_quotas import EntityKey, entity_key
 from ._columns import KIND_CLIENT_METRICS, KIND_CLIENT_QUOTA, KIND_CONFIG, entity_id, entity_of
 from ._dynamic_configs import ConfigResourceType
+from ._records import client_metrics_configs, client_metrics_event, client_quota_event, config_event, record_entity
 
 __all__ = [
     "DEFAULT_MAX_APPLIED_REQUESTS",
@@ -112,15 +112,9 @@ class ConfigDelta:
     changes: tuple[Change, ...] = field(default=())
 
 
-def _metrics_configs(record: pb.ClientMetricsRecord) -> dict[str, str]:
-    configs: dict[str, str] = {}
-    if record.HasField("metrics"):
-        configs[METRICS_CONFIG] = record.metrics
-    if record.HasField("interval_ms"):
-        configs[INTERVAL_MS_CONFIG] = str(record.interval_ms)
-    if record.HasField("match"):
-        configs[MATCH_CONFIG] = record.match
-    return configs
+def _stamped(event: pb.Event, commit_time_ms: int, principal: str, request_id: str) -> pb.Event:
+    event.commit_time_ms, event.principal, event.request_id = commit_time_ms, principal, request_id
+    return event
 
 
 class ConfigImage:
@@ -262,12 +256,7 @@ class ConfigImage:
         kind = event.WhichOneof("record")
         if kind == "client_quota":
             record = event.client_quota
-            entity = tuple(
-                sorted(
-                    ((e.entity_type, e.entity_name if e.HasField("entity_name") else None) for e in record.entity),
-                    key=lambda pair: pair[0],
-                )
-            )
+            entity = record_entity(record)
             new = None if record.remove else record.value
             old = self._set_quota(entity_id(entity), record.key, new, provenance)
             return ClientQuotaChange(entity, record.key, old, new) if old != new else None
@@ -302,7 +291,7 @@ class ConfigImage:
     ) -> ClientMetricsChange | None:
         name = record.name
         old = self._client_metrics.get(name)
-        configs = None if record.delete else _metrics_configs(record)
+        configs = client_metrics_configs(record)
         ckey = (CLIENT_METRICS, name)
         if not configs:  # Kafka: a resource without configs does not exist
             if old is None:
@@ -502,36 +491,15 @@ class ConfigImage:
         for eid, keys in self._quota_provenance.items():
             entity = entity_of(eid)
             values = self._quotas[eid]
-            for key, (offset, time_ms, principal, request_id) in keys.items():
-                event = pb.Event(commit_time_ms=time_ms, principal=principal, request_id=request_id)
-                record = event.client_quota
-                for entity_type, name in entity:
-                    component = record.entity.add(entity_type=entity_type)
-                    if name is not None:
-                        component.entity_name = name
-                record.key = key
-                record.value = values[key]
-                entries.append((offset, event))
-        for ckey, (offset, time_ms, principal, request_id) in self._other_provenance.items():
-            event = pb.Event(commit_time_ms=time_ms, principal=principal, request_id=request_id)
+            for key, (offset, *envelope) in keys.items():
+                entries.append((offset, _stamped(client_quota_event(entity, key, values[key]), *envelope)))
+        for ckey, (offset, *envelope) in self._other_provenance.items():
             if ckey[0] == CLIENT_METRICS:
-                name = ckey[1]
-                configs = self._client_metrics[name]
-                record = event.client_metrics
-                record.name = name
-                if METRICS_CONFIG in configs:
-                    record.metrics = configs[METRICS_CONFIG]
-                if INTERVAL_MS_CONFIG in configs:
-                    record.interval_ms = int(configs[INTERVAL_MS_CONFIG])
-                if MATCH_CONFIG in configs:
-                    record.match = configs[MATCH_CONFIG]
+                event = client_metrics_event(ckey[1], self._client_metrics[ckey[1]])
             else:
                 _, rtype, rname, name = ckey
-                event.config.resource_type = rtype
-                event.config.resource_name = rname
-                event.config.name = name
-                event.config.value = self._configs[(rtype, rname)][name]
-            entries.append((offset, event))
+                event = config_event(rtype, rname, name, self._configs[(rtype, rname)][name])
+            entries.append((offset, _stamped(event, *envelope)))
         entries.sort(key=lambda entry: entry[0])
         return entries
 

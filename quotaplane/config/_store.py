@@ -41,6 +41,7 @@ from ._client_quotas import EntityKey, Resolver, entity_key
 from ._dynamic_configs import ConfigResourceType
 from ._image import DEFAULT_MAX_APPLIED_REQUESTS, ConfigDelta, ConfigImage
 from ._log import EventLog
+from ._records import client_metrics_configs, record_entity
 from ._snapshot_file import list_snapshots, read_snapshot_batches, write_snapshot
 
 __all__ = ["ANONYMOUS", "ConfigStore", "HistoryCompactedError", "HistoryEntry", "gc_paused"]
@@ -356,24 +357,14 @@ def _change_of(
     kind = event.WhichOneof("record")
     if kind == "client_quota" and entity is not None:
         record = event.client_quota
-        key = entity_key((e.entity_type, e.entity_name if e.HasField("entity_name") else None) for e in record.entity)
-        if key != entity:
+        if record_entity(record) != entity:
             return None
         return record.key, None if record.remove else record.value
     if kind == "client_metrics" and client_metrics is not None:
         record = event.client_metrics
         if record.name != client_metrics:
             return None
-        if record.delete:
-            return record.name, None
-        configs = {}
-        if record.HasField("metrics"):
-            configs["metrics"] = record.metrics
-        if record.HasField("interval_ms"):
-            configs["interval.ms"] = str(record.interval_ms)
-        if record.HasField("match"):
-            configs["match"] = record.match
-        return record.name, configs or None
+        return record.name, client_metrics_configs(record) or None
     if kind == "config" and resource is not None:
         record = event.config
         if record.resource_type != resource.type or record.resource_name != resource.name:
