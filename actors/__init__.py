@@ -5,6 +5,7 @@ The actors are thin: every semantic lives in the pure core (``quotaplane.quota``
 this package adds processes, placement and the config stream between them.
 """
 
+from ._follower import ConfigFollower, ray_get
 from ._placement import RendezvousPlacement, owner_of, shard_weight
 from .controller import (
     DEFAULT_CONTROLLER_NAME,
@@ -18,11 +19,13 @@ from .shard import ShardActor, start_shard
 __all__ = [
     "DEFAULT_CONTROLLER_NAME",
     "ConfigController",
+    "ConfigFollower",
     "ImageSnapshot",
     "OffsetOutOfRangeError",
     "RendezvousPlacement",
     "ShardActor",
     "owner_of",
+    "ray_get",
     "shard_weight",
     "start_controller",
     "start_shard",

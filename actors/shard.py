@@ -31,21 +31,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import RayActorError
 
-from quotaplane.config import (
-    ConfigImage,
-    ManagerBinding,
-    OffsetOutOfRangeError,
-    changes_between,
-    decode_columns,
-    events_of,
-    startup_configs,
-)
+from quotaplane.config import ConfigImage, ManagerBinding, decode_columns, startup_configs
 from quotaplane.quota import (
     ConnectionQuotas,
     ConnectionQuotasConfig,
@@ -56,18 +48,13 @@ from quotaplane.quota import (
     build_quota_managers,
 )
 
+from ._follower import ConfigFollower, ray_get
 from .controller import wall_clock_ms
 
 __all__ = ["ShardActor", "start_shard"]
 
 _CLIENT_QUOTA_TYPES = (QuotaType.PRODUCE, QuotaType.FETCH)
 T = TypeVar("T")
-
-
-def _is_out_of_range(error: BaseException) -> bool:
-    if isinstance(error, OffsetOutOfRangeError):
-        return True
-    return isinstance(error, RayTaskError) and isinstance(getattr(error, "cause", None), OffsetOutOfRangeError)
 
 
 class ShardActor:
@@ -85,50 +72,31 @@ class ShardActor:
         self.shard_id = shard_id
         self.node_id = node_id
         self._controller = controller
-        self._catch_up_events = catch_up_events
         self._controller_timeout_s = controller_timeout_s
         self._started_ms = wall_clock_ms()
-        self._catch_ups = 0
-        self._snapshot_loads = 0
-        self.image = self._initial_image()
+        self.follower = ConfigFollower(self._call, max_events=catch_up_events)
+        self.follower.start()
         self._build_managers(self._started_ms)
         self._subscribe()
 
+    @property
+    def image(self) -> ConfigImage:
+        return self.follower.image
+
     # --- start ---------------------------------------------------------------------------------------
-    def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """A call to the controller, retried while Ray restarts it (its errors are raised at once)."""
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A call to the controller, retried while Ray restarts it (its own errors are raised at once)."""
         deadline = time.monotonic() + self._controller_timeout_s
         delay = 0.05
         while True:
             try:
-                return ray.get(method.remote(*args, **kwargs), timeout=self._controller_timeout_s)
+                remote = getattr(self._controller, method).remote
+                return ray_get(remote(*args, **kwargs), self._controller_timeout_s)
             except RayActorError:
                 if time.monotonic() + delay >= deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
-
-    def _initial_image(self) -> ConfigImage:
-        """The controller's image as of now: the log replayed from 0 (fast path, no deltas: there are no
-        managers yet), or a snapshot and then the log when the log's beginning was deleted."""
-        image = ConfigImage()
-        try:
-            self._pull_into(image)
-        except Exception as e:
-            if not _is_out_of_range(e):
-                raise
-            image = self._call(self._controller.snapshot).to_image()
-            self._snapshot_loads += 1
-            self._pull_into(image)
-        return image
-
-    def _pull_into(self, image: ConfigImage) -> None:
-        while True:
-            batches = self._call(self._controller.read_from, image.end_offset, self._catch_up_events)
-            if not batches:
-                return
-            for base, payload in batches:
-                image.replay_columns(base, decode_columns(payload))
 
     def _build_managers(self, now_ms: int) -> None:
         startup = startup_configs(self.image, self.node_id)
@@ -142,14 +110,13 @@ class ShardActor:
             quotas=self.quotas, connections=self.connections, producer_ids=self.producer_ids, node_id=self.node_id
         )
         self.binding.load(self.image)
+        self.follower.binding = self.binding
 
     def _subscribe(self) -> None:
         context = ray.get_runtime_context()
         name = context.get_actor_name() or None
         namespace = context.namespace if name else None
-        self._call(
-            self._controller.subscribe, context.current_actor, self.image.end_offset, name=name, namespace=namespace
-        )
+        self._call("subscribe", context.current_actor, self.image.end_offset, name=name, namespace=namespace)
 
     # --- the config stream ---------------------------------------------------------------------------
     def apply_batch(self, base_offset: int, payload: bytes) -> int:
@@ -160,57 +127,14 @@ class ShardActor:
             raise ValueError(f"base_offset must be a non-negative int, got {base_offset!r}")
         if not isinstance(payload, bytes):
             raise ValueError(f"payload must be EventColumns bytes, got {type(payload).__name__}")
-        columns = decode_columns(payload)
-        count = len(columns.kind)
-        if base_offset + count <= self.image.end_offset:
-            return self.image.end_offset
-        if base_offset > self.image.end_offset:
-            self._catch_up(base_offset + count)
-            if base_offset + count <= self.image.end_offset:
-                return self.image.end_offset
-        self._apply_events(base_offset, events_of(columns))
+        self.follower.apply(base_offset, decode_columns(payload))
         return self.image.end_offset
 
     def notify_end_offset(self, end_offset: int) -> int:
         """The controller's log reaches ``end_offset``: pull whatever this shard is missing."""
         if end_offset > self.image.end_offset:
-            self._catch_up(end_offset)
+            self.follower.catch_up(end_offset)
         return self.image.end_offset
-
-    def _apply_events(self, base_offset: int, events: Sequence[Any]) -> None:
-        image, binding = self.image, self.binding
-        for offset, event in enumerate(events, base_offset):
-            if offset < image.end_offset:
-                continue
-            binding.apply(image.apply(offset, event), image)
-
-    def _catch_up(self, target: int) -> None:
-        """Pull events up to at least ``target`` (or the controller's end) and apply them as deltas."""
-        self._catch_ups += 1
-        while self.image.end_offset < target:
-            try:
-                batches = self._call(self._controller.read_from, self.image.end_offset, self._catch_up_events)
-            except Exception as e:
-                if not _is_out_of_range(e):
-                    raise
-                self._load_snapshot()
-                continue
-            if not batches:
-                return
-            for base, payload in batches:
-                self._apply_events(base, events_of(decode_columns(payload)))
-
-    def _load_snapshot(self) -> None:
-        """Jump to the controller's current image; the managers get the differences, in place."""
-        new = self._call(self._controller.snapshot).to_image()
-        if new.end_offset <= self.image.end_offset:
-            raise RuntimeError(
-                f"shard {self.shard_id}: the controller's snapshot ends at {new.end_offset}, "
-                f"not past this shard's offset {self.image.end_offset}"
-            )
-        self.binding.apply_changes(changes_between(self.image, new), new)
-        self.image = new
-        self._snapshot_loads += 1
 
     def applied_offset(self) -> int:
         """The offset of the next event this shard expects (= events applied)."""
@@ -224,10 +148,13 @@ class ShardActor:
         if parsed not in _CLIENT_QUOTA_TYPES:
             raise ValueError(f"record_batch takes PRODUCE or FETCH usage, not {parsed.name}")
         _check_batch(items)
-        manager = self.quotas.client_manager(parsed)
+        return self._record(parsed, items, now_ms)
+
+    def _record(self, quota_type: QuotaType, items: Sequence[UsageItem], now_ms: int) -> list[int]:
+        """Record a batch and the throttle-time metric of each throttle answered: Kafka's broker reports
+        each throttle back (``throttle()``); here the shard is the one that knows, so it records them."""
+        manager = self.quotas.client_manager(quota_type)
         throttles = manager.record_batch(items, now_ms)
-        # Kafka's broker reports each throttle back (``throttle()``: the throttle-time metric); here the
-        # shard is the one that knows, so it records them itself.
         for item, throttle_ms in zip(items, throttles, strict=True):
             if throttle_ms > 0:
                 manager.throttle(item[0], item[1], throttle_ms, item[3] if len(item) > 3 else now_ms)
@@ -257,7 +184,7 @@ class ShardActor:
             raise ValueError(f"config_offset must be a non-negative int, got {config_offset!r}")
         _check_batch(items)
         if config_offset > self.image.end_offset:
-            self._catch_up(config_offset)
+            self.follower.catch_up(config_offset)
         if config_offset != self.image.end_offset:
             return self.image.end_offset, None
         by_type: dict[str, tuple[list[int], list[UsageItem]]] = {}
@@ -274,12 +201,9 @@ class ShardActor:
                 raise ValueError(f"record_usage_at takes PRODUCE or FETCH usage, not {parsed[quota_type].name}")
         throttles = [0] * len(items)
         for quota_type, (indices, group_items) in by_type.items():
-            manager = self.quotas.client_manager(parsed[quota_type])
-            answered = manager.record_batch(group_items, group_items[0][3])
-            for index, item, throttle_ms in zip(indices, group_items, answered, strict=True):
+            answered = self._record(parsed[quota_type], group_items, group_items[0][3])
+            for index, throttle_ms in zip(indices, answered, strict=True):
                 throttles[index] = throttle_ms
-                if throttle_ms > 0:
-                    manager.throttle(item[0], item[1], throttle_ms, item[3])
         return self.image.end_offset, throttles
 
     def record_producer_ids_at(
@@ -291,7 +215,7 @@ class ShardActor:
             raise ValueError(f"config_offset must be a non-negative int, got {config_offset!r}")
         _check_batch(items)
         if config_offset > self.image.end_offset:
-            self._catch_up(config_offset)
+            self.follower.catch_up(config_offset)
         return self.image.end_offset, self.producer_ids.record_batch(items, now_ms)
 
     # --- introspection ---------------------------------------------------------------------------------
@@ -318,8 +242,8 @@ class ShardActor:
             "pid": os.getpid(),
             "started_ms": self._started_ms,
             "applied_offset": self.image.end_offset,
-            "catch_ups": self._catch_ups,
-            "snapshot_loads": self._snapshot_loads,
+            "catch_ups": self.follower.catch_ups,
+            "snapshot_loads": self.follower.snapshot_loads,
             "restart_required": sorted(self.binding.restart_required),
         }
 

@@ -161,16 +161,11 @@ class ControllerBackend:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``ray.get(controller.<method>.remote(...))`` with the actor's exception re-raised as itself."""
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from quotaplane.actors import ray_get
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         try:
-            return ray.get(getattr(self._controller, method).remote(*args, **kwargs), timeout=self._timeout_s)
-        except RayTaskError as e:
-            cause = getattr(e, "cause", None)
-            if isinstance(cause, Exception):
-                raise cause from None
-            raise
+            return ray_get(getattr(self._controller, method).remote(*args, **kwargs), self._timeout_s)
         except RayActorError as e:
             raise BackendUnavailableError(f"the config controller is unavailable: {str(e).splitlines()[0]}") from None
         except GetTimeoutError:

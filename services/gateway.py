@@ -54,17 +54,13 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from quotaplane.actors import RendezvousPlacement
+from quotaplane.actors import ConfigFollower, RendezvousPlacement, ray_get
 from quotaplane.v1 import quota_pb2 as pb
 from quotaplane.v1 import quota_pb2_grpc
 
 from quotaplane.config import (
     ConfigImage,
     ManagerBinding,
-    OffsetOutOfRangeError,
-    changes_between,
-    decode_columns,
-    events_of,
     startup_configs,
 )
 from quotaplane.quota import build_quota_managers, sanitize
@@ -143,20 +139,12 @@ class _Exhausted(Exception):
 
 
 def _ray_call(ref: Any, timeout_s: float) -> Any:
-    """``ray.get`` with the shard's own error re-raised; a dead, restarting or silent shard (or controller,
+    """``ray_get`` with the shard's own error re-raised; a dead, restarting or silent shard (or controller,
     when the shard could not reach it to catch up) is :class:`_Unavailable`."""
-    import ray
-    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+    from ray.exceptions import GetTimeoutError, RayActorError
 
     try:
-        return ray.get(ref, timeout=timeout_s)
-    except RayTaskError as e:
-        cause = getattr(e, "cause", None)
-        if isinstance(cause, RayActorError | GetTimeoutError):
-            raise _Unavailable(f"a shard cannot reach the config controller: {str(cause).splitlines()[0]}") from None
-        if isinstance(cause, Exception):
-            raise cause from None
-        raise
+        return ray_get(ref, timeout_s)
     except RayActorError as e:
         raise _Unavailable(f"a shard is unavailable (restarting?): {str(e).splitlines()[0]}") from None
     except GetTimeoutError:
@@ -176,73 +164,44 @@ class ConfigReplica:
     def __init__(self, controller: Any, *, timeout_s: float = 30.0, max_events: int = 10_000) -> None:
         self._controller = controller
         self._timeout_s = timeout_s
-        self._max_events = max_events
         self.lock = threading.RLock()
-        self.image = ConfigImage()
         self.polls = 0
         #: (quota type, user, client id) -> shard key, valid for the current offset (emptied on every change)
         self._keys: dict[tuple[str, str, str], str] = {}
-        self._pull(initial=True)
-        self._build()
-
-    def _call(self, method: str, *args: Any) -> Any:
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-        try:
-            return ray.get(getattr(self._controller, method).remote(*args), timeout=self._timeout_s)
-        except RayTaskError as e:
-            cause = getattr(e, "cause", None)
-            if isinstance(cause, Exception):
-                raise cause from None
-            raise
-        except (RayActorError, GetTimeoutError) as e:
-            raise _Unavailable(f"the config controller is unavailable: {str(e).splitlines()[0]}") from None
-
-    def _build(self) -> None:
+        self.follower = ConfigFollower(self._call, max_events=max_events, lock=self.lock)
+        self.follower.start()
         startup = startup_configs(self.image)
         self.quotas = build_quota_managers(startup.quota, now_ms=wall_clock_ms())
         self._callbacks = {"PRODUCE": self.quotas.produce.quota_callback, "FETCH": self.quotas.fetch.quota_callback}
         self.binding = ManagerBinding(quotas=self.quotas)
         self.binding.load(self.image)
+        self.follower.binding = self.binding
+
+    def _call(self, method: str, *args: Any) -> Any:
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            return ray_get(getattr(self._controller, method).remote(*args), self._timeout_s)
+        except (RayActorError, GetTimeoutError) as e:
+            raise _Unavailable(f"the config controller is unavailable: {str(e).splitlines()[0]}") from None
+
+    @property
+    def image(self) -> ConfigImage:
+        return self.follower.image
 
     @property
     def offset(self) -> int:
         """The next offset this replica expects (= events applied)."""
         return self.image.end_offset
 
-    def _pull(self, *, initial: bool = False) -> bool:
-        """Apply everything the controller has past our offset; True if anything changed.
-
-        The controller is asked without holding ``lock`` (resolution goes on meanwhile); events are applied
-        under it, skipping what a concurrent pull already applied."""
-        changed = False
-        while True:
-            try:
-                batches = self._call("read_from", self.image.end_offset, self._max_events)
-            except OffsetOutOfRangeError:
-                new = self._call("snapshot").to_image()
-                with self.lock:
-                    if new.end_offset > self.image.end_offset:
-                        if not initial:
-                            self.binding.apply_changes(changes_between(self.image, new), new)
-                        self.image = new
-                        self._keys = {}
-                changed = True
-                continue
-            if not batches:
-                return changed
+    def _pull(self) -> bool:
+        """Apply everything the controller has past our offset; True if anything changed (the controller is
+        asked without holding ``lock``, so resolution goes on meanwhile)."""
+        changed = self.follower.catch_up()
+        if changed:
             with self.lock:
-                for base, payload in batches:
-                    columns = decode_columns(payload)
-                    if initial:
-                        self.image.replay_columns(base, columns)
-                        continue
-                    for offset, event in enumerate(events_of(columns), base):
-                        if offset >= self.image.end_offset:
-                            self.binding.apply(self.image.apply(offset, event), self.image)
                 self._keys = {}
-            changed = True
+        return changed
 
     def poll(self) -> bool:
         """One round: apply the controller's new events, if any."""
@@ -403,15 +362,12 @@ class _ShardWorker(threading.Thread):
         offset = units[0].offset
         kind = units[0].pending.kind
         items: list[Any] = []
+        for unit in units:
+            source = unit.pending.items
+            items.extend(source[i] for i in unit.indices)
         if kind == _USAGE:
-            for unit in units:
-                source = unit.pending.items
-                items.extend(source[i] for i in unit.indices)
             ref = self.handle.record_usage_at.remote(offset, items)
         else:
-            for unit in units:
-                source = unit.pending.items
-                items.extend(source[i] for i in unit.indices)
             ref = self.handle.record_producer_ids_at.remote(offset, items, items[0][2])
         try:
             shard_offset, throttles = _ray_call(ref, gateway.config.shard_timeout_s)
