@@ -46,9 +46,11 @@ from quotaplane.config import (
     HistoryEntry,
     MatchType,
     Result,
+    client_metrics_event,
     describe_client_quotas,
+    entity_data,
+    validate_entity,
 )
-from quotaplane.config._client_quotas import ENTITY_TYPES
 from quotaplane.config._log import EventLogClosedError, EventLogFailedError, OffsetOutOfRangeError
 from quotaplane.errors import ApiError, Errors
 
@@ -297,17 +299,6 @@ def _entity_pairs(entity: Iterable[events_pb.EntityData]) -> list[tuple[str, str
     return [(e.entity_type, e.entity_name if e.HasField("entity_name") else None) for e in entity]
 
 
-def _entity_data(entity: Mapping[str, str | None] | Iterable[tuple[str, str | None]]) -> list[events_pb.EntityData]:
-    pairs = entity.items() if isinstance(entity, Mapping) else entity
-    out = []
-    for entity_type, name in pairs:
-        data = events_pb.EntityData(entity_type=entity_type)
-        if name is not None:
-            data.entity_name = name
-        out.append(data)
-    return out
-
-
 def _components(components: Iterable[pb.DescribeClientQuotasRequest.ComponentData]) -> list[ClientQuotaFilterComponent]:
     out = []
     for c in components:
@@ -324,7 +315,7 @@ def _quota_entries(
     value_type = pb.DescribeClientQuotasResponse.ValueData
     return [
         entry_type(
-            entity=_entity_data(sorted(entity.items())),
+            entity=entity_data(sorted(entity.items())),
             values=[value_type(key=k, value=v) for k, v in sorted(quotas.items())],
         )
         for entity, quotas in found
@@ -345,31 +336,8 @@ def _history_value(value: object, kind: str, name: str) -> pb.HistoryValue:
         return pb.HistoryValue(quota_value=float(value))  # type: ignore[arg-type]
     if kind == "client_metrics":
         assert isinstance(value, Mapping)
-        record = events_pb.ClientMetricsRecord(name=name)
-        if "metrics" in value:
-            record.metrics = value["metrics"]
-        if "interval.ms" in value:
-            record.interval_ms = int(value["interval.ms"])
-        if "match" in value:
-            record.match = value["match"]
-        return pb.HistoryValue(client_metrics=record)
+        return pb.HistoryValue(client_metrics=client_metrics_event(name, value).client_metrics)
     return pb.HistoryValue(config_value=str(value))
-
-
-def _check_entity(pairs: Sequence[tuple[str, str | None]]) -> dict[str, str | None]:
-    """The entity of a history request, checked the way AlterClientQuotas checks one."""
-    if not pairs:
-        raise _BadRequest("Invalid empty client quota entity")
-    entity: dict[str, str | None] = {}
-    for entity_type, name in pairs:
-        if entity_type not in ENTITY_TYPES:
-            raise _BadRequest(f"Unhandled client quota entity type: {entity_type or 'null'}")
-        if entity_type in entity:
-            raise _BadRequest(f"Invalid client quota entity, duplicate entity entry {entity_type}")
-        if name == "":
-            raise _BadRequest(f"Empty {entity_type} not supported")
-        entity[entity_type] = name
-    return entity
 
 
 # --- the servicer ----------------------------------------------------------------------------------------
@@ -505,7 +473,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         kind = request.WhichOneof("target")
         key = request.key if request.HasField("key") else None
         if kind == "entity":
-            entity = _check_entity(_entity_pairs(request.entity.entity))
+            entity = dict(validate_entity(_entity_pairs(request.entity.entity)).key)
             entries = self._backend.history(entity=entity, key=key)
         elif kind == "client_metrics":
             if not request.client_metrics:

@@ -67,6 +67,7 @@ from ._log import (
     EventLogLockedError,
     OffsetOutOfRangeError,
 )
+from ._records import client_metrics_configs, client_metrics_event, entity_data, record_entity
 from ._snapshot_file import CorruptSnapshotError
 from ._store import ANONYMOUS, ConfigStore, HistoryCompactedError, HistoryEntry
 
@@ -112,11 +113,14 @@ __all__ = [
     "Result",
     "StartupConfigs",
     "changes_between",
+    "client_metrics_configs",
+    "client_metrics_event",
     "decode_columns",
     "describe_client_quotas",
     "describe_configs",
     "effective_broker_config",
     "encode_events",
+    "entity_data",
     "entity_id",
     "entity_key",
     "entity_map",
@@ -125,6 +129,7 @@ __all__ = [
     "is_valid_ip_entity",
     "plan_alter_client_quotas",
     "plan_incremental_alter_configs",
+    "record_entity",
     "records",
     "startup_configs",
     "validate_entity",

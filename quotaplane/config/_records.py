@@ -10,7 +10,7 @@ shape, used by the admin planners, the image, its snapshots, the columnar codec 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from ..telemetry._configs import INTERVAL_MS_CONFIG, MATCH_CONFIG, METRICS_CONFIG
 from ..v1 import config_events_pb2 as pb
@@ -22,6 +22,7 @@ __all__ = [
     "client_metrics_event",
     "client_quota_event",
     "config_event",
+    "entity_data",
     "record_entity",
 ]
 
@@ -36,14 +37,21 @@ def record_entity(record: pb.ClientQuotaRecord) -> EntityKey:
     )
 
 
+def entity_data(entity: EntityKey | Iterable[tuple[str, str | None]]) -> list[pb.EntityData]:
+    """An entity as the records' (and the admin API's) ``EntityData`` components; no name = the default."""
+    return [
+        pb.EntityData(entity_type=entity_type)
+        if name is None
+        else pb.EntityData(entity_type=entity_type, entity_name=name)
+        for entity_type, name in entity
+    ]
+
+
 def client_quota_event(entity: EntityKey, key: str, value: float | None) -> pb.Event:
     """Set ``key`` of ``entity`` to ``value``, or remove it (``value`` None)."""
     event = pb.Event()
     record = event.client_quota
-    for entity_type, name in entity:
-        component = record.entity.add(entity_type=entity_type)
-        if name is not None:
-            component.entity_name = name
+    record.entity.extend(entity_data(entity))
     record.key = key
     if value is None:
         record.remove = True
