@@ -44,17 +44,44 @@ from quotaplane.quota import (
     ProducerIdItem,
     ProducerIdQuotaManager,
     QuotaType,
+    ThrottlingQuotaExceededError,
     UsageItem,
     build_quota_managers,
 )
 
 from ._follower import ConfigFollower, ray_get
+from ._replication_host import ReplicationHost
 from .controller import wall_clock_ms
 
-__all__ = ["ShardActor", "start_shard"]
+__all__ = ["FENCED_KINDS", "HOUSEKEEPING_INTERVAL_MS", "SERVE_KINDS", "ShardActor", "start_shard"]
 
 _CLIENT_QUOTA_TYPES = (QuotaType.PRODUCE, QuotaType.FETCH)
 T = TypeVar("T")
+
+#: What ``serve_at`` serves. The first four resolve Kafka metric tags (the sensor an item shares depends
+#: on every configured quota entity), so gateway and shard must read the same image: they are fenced.
+SERVE_KINDS = ("usage", "unrecord", "request", "mutation", "producer_ids", "replication")
+FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation"})
+#: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
+#: on the first call past each interval of its callers' clock.
+HOUSEKEEPING_INTERVAL_MS = 30_000
+
+
+class _Bindings:
+    """The shard's ManagerBinding plus the per-node hosts: every config event reaches all of them."""
+
+    def __init__(self, *targets: Any) -> None:
+        self.targets = targets
+        self.restart_required = targets[0].restart_required
+
+    def apply(self, delta: Any, image: ConfigImage) -> None:
+        for target in self.targets:
+            target.apply(delta, image)
+
+    def apply_changes(self, changes: Any, image: ConfigImage) -> None:
+        changes = list(changes)
+        for target in self.targets:
+            target.apply_changes(changes, image)
 
 
 class ShardActor:
@@ -110,7 +137,20 @@ class ShardActor:
             quotas=self.quotas, connections=self.connections, producer_ids=self.producer_ids, node_id=self.node_id
         )
         self.binding.load(self.image)
-        self.follower.binding = self.binding
+        self.replication = ReplicationHost(lambda: self.image)
+        self.follower.binding = _Bindings(self.binding, self.replication)
+        self._handlers = {
+            "usage": self._serve_usage,
+            "unrecord": self._serve_unrecord,
+            "request": self._serve_request,
+            "mutation": self._serve_mutation,
+            "producer_ids": self._serve_producer_ids,
+            "replication": self.replication.serve,
+        }
+        #: the latest now_ms callers have given: the shard's clock for housekeeping (the core reads none)
+        self.latest_ms = now_ms
+        self._next_housekeeping_ms = now_ms + HOUSEKEEPING_INTERVAL_MS
+        self.expired_sensors = 0
 
     def _subscribe(self) -> None:
         context = ray.get_runtime_context()
@@ -165,58 +205,152 @@ class ShardActor:
         _check_batch(items)
         return self.producer_ids.record_batch(items, now_ms)
 
-    # --- the gateway's hot path: fenced by config offset ---------------------------------------------------
-    def record_usage_at(
-        self, config_offset: int, items: Sequence[tuple[str, str, str, float, int]]
-    ) -> tuple[int, list[int] | None]:
-        """Record mixed PRODUCE / FETCH items ``(quota type, user, client_id, value, now_ms)`` that a gateway
-        routed here by metric tags it resolved on the image at ``config_offset``; ``(applied offset,
-        throttle times in order)``.
+    # --- the gateway's path: one entry point, fenced by config offset ------------------------------------
+    def serve_at(self, kind: str, config_offset: int, items: Sequence[Any]) -> tuple[int, list[Any] | None]:
+        """Serve a micro-batch of ``kind`` (see ``SERVE_KINDS``) that a gateway routed here with its config
+        replica at ``config_offset``; ``(applied offset, one result per item in order)``.
 
-        Why the offset: the gateway chose this shard by the sensor's metric tags, and the shard resolves
-        the tags again from its own image; both must read the same image or the usage could land in a
-        sensor this shard does not own (two budgets for one entity). A shard behind the gateway catches up
-        to ``config_offset`` first; a shard ahead of it records nothing and answers ``(its offset, None)``:
-        the gateway catches up, resolves and routes the items again, and resends them. Quota changes are
-        rare, so the retry is too.
+        Why the offset: for the fenced kinds the gateway chose this shard by the sensor's metric tags, and
+        the shard resolves the tags again from its own image; both must read the same image or the usage
+        could land in a sensor this shard does not own (two budgets for one entity). A shard behind the
+        gateway catches up to ``config_offset`` first; a shard ahead of it serves nothing and answers
+        ``(its offset, None)``: the gateway catches up, resolves and routes the items again, and resends
+        them. Quota changes are rare, so the retry is too. Other kinds are routed by a key that needs no
+        config (user, node id, client instance id): a shard behind catches up, one ahead just serves.
+
+        Every item is validated before any is served: a bad one raises ValueError and changes nothing.
         """
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(self._handlers)}")
         if isinstance(config_offset, bool) or not isinstance(config_offset, int) or config_offset < 0:
             raise ValueError(f"config_offset must be a non-negative int, got {config_offset!r}")
         _check_batch(items)
         if config_offset > self.image.end_offset:
             self.follower.catch_up(config_offset)
-        if config_offset != self.image.end_offset:
+        if kind in FENCED_KINDS and config_offset != self.image.end_offset:
             return self.image.end_offset, None
-        by_type: dict[str, tuple[list[int], list[UsageItem]]] = {}
-        for index, (quota_type, user, client_id, value, now_ms) in enumerate(items):
-            group = by_type.get(quota_type)
-            if group is None:
-                group = by_type[quota_type] = ([], [])
-            group[0].append(index)
-            group[1].append((user, client_id, value, now_ms))
-        parsed = {}
-        for quota_type in by_type:  # validate every type before recording any item
-            parsed[quota_type] = QuotaType.parse(quota_type)
-            if parsed[quota_type] not in _CLIENT_QUOTA_TYPES:
-                raise ValueError(f"record_usage_at takes PRODUCE or FETCH usage, not {parsed[quota_type].name}")
+        results = handler(items)
+        last = items[-1][-1]
+        if type(last) is int and last > self.latest_ms:
+            self.latest_ms = last
+            if last >= self._next_housekeeping_ms:
+                self.housekeeping(last)
+        return self.image.end_offset, results
+
+    def _serve_usage(self, items: Sequence[tuple[str, str, str, float, int]]) -> list[int]:
+        """Mixed PRODUCE / FETCH items ``(quota type, user, client_id, value, now_ms)``: throttle times."""
+        groups = _group_by_type(items)
         throttles = [0] * len(items)
-        for quota_type, (indices, group_items) in by_type.items():
-            answered = self._record(parsed[quota_type], group_items, group_items[0][3])
+        for quota_type, (indices, group_items) in groups.items():
+            answered = self._record(quota_type, group_items, group_items[0][3])
             for index, throttle_ms in zip(indices, answered, strict=True):
                 throttles[index] = throttle_ms
-        return self.image.end_offset, throttles
+        return throttles
 
-    def record_producer_ids_at(
-        self, config_offset: int, items: Sequence[ProducerIdItem], now_ms: int
-    ) -> tuple[int, list[int]]:
-        """KIP-936 items routed by user (no tag resolution, so a shard ahead of the gateway is fine): catch
-        up to ``config_offset`` if behind, then ``(applied offset, throttle times)``."""
-        if isinstance(config_offset, bool) or not isinstance(config_offset, int) or config_offset < 0:
-            raise ValueError(f"config_offset must be a non-negative int, got {config_offset!r}")
-        _check_batch(items)
-        if config_offset > self.image.end_offset:
-            self.follower.catch_up(config_offset)
-        return self.image.end_offset, self.producer_ids.record_batch(items, now_ms)
+    def _serve_unrecord(self, items: Sequence[tuple[str, str, str, float, int]]) -> list[int]:
+        """Kafka's ``unrecordQuotaSensor`` for each item (a throttled fetch answered empty): all 0."""
+        groups = _group_by_type(items)
+        for index, (_, user, client_id, value, now_ms) in enumerate(items):  # all checked before any is taken
+            if not (
+                isinstance(user, str)
+                and isinstance(client_id, str)
+                and type(value) in (int, float)
+                and 0 <= value < math.inf
+                and type(now_ms) is int
+                and now_ms >= 0
+            ):
+                raise ValueError(f"item {index}: expected (type, user, client_id, value >= 0, now_ms >= 0)")
+        for quota_type, (_, group_items) in groups.items():
+            manager = self.quotas.client_manager(quota_type)
+            for user, client_id, value, now_ms in group_items:
+                manager.unrecord_quota_sensor(user, client_id, value, now_ms)
+        return [0] * len(items)
+
+    def _serve_request(self, items: Sequence[tuple[str, str, int, int, bool, int]]) -> list[int]:
+        """``(user, client_id, request_thread_nanos, network_thread_nanos, exempt, now_ms)``: the
+        request_percentage throttle of each (ClientRequestQuotaManager; exempt requests feed the shared
+        exempt sensor and are never throttled; network time is recorded without a throttle)."""
+        for index, item in enumerate(items):
+            if not (
+                type(item) is tuple
+                and len(item) == 6
+                and isinstance(item[0], str)
+                and isinstance(item[1], str)
+                and all(type(v) is int and v >= 0 for v in (item[2], item[3], item[5]))
+                and type(item[4]) is bool
+            ):
+                raise ValueError(f"item {index}: expected (user, client_id, nanos >= 0, nanos >= 0, exempt, now_ms)")
+        manager = self.quotas.request
+        throttles = []
+        for user, client_id, request_nanos, network_nanos, exempt, now_ms in items:
+            if exempt:
+                manager.maybe_record_exempt(time_nanos=request_nanos + network_nanos, now_ms=now_ms)
+                throttles.append(0)
+                continue
+            throttle_ms = manager.maybe_record_request_time(
+                user, client_id, request_thread_time_nanos=request_nanos, now_ms=now_ms
+            )
+            if network_nanos:
+                manager.record_network_thread_time(user, client_id, time_nanos=network_nanos, now_ms=now_ms)
+            if throttle_ms > 0:
+                manager.throttle(user, client_id, throttle_ms, now_ms)
+            throttles.append(throttle_ms)
+        return throttles
+
+    def _serve_mutation(
+        self, items: Sequence[tuple[str, str, bool, tuple[float, ...], int]]
+    ) -> list[tuple[int, list[bool]]]:
+        """``(user, client_id, strict, permits per topic, now_ms)``: ``(throttle_time_ms, accepted per
+        topic)`` as Kafka's controller answers one CreateTopics / CreatePartitions / DeleteTopics request:
+        one ControllerMutationQuota per request, ``record`` per topic (STRICT refuses a topic once the
+        bucket is below zero), the request's throttle time at its end."""
+        for index, item in enumerate(items):
+            if not (
+                type(item) is tuple
+                and len(item) == 5
+                and isinstance(item[0], str)
+                and isinstance(item[1], str)
+                and type(item[2]) is bool
+                and isinstance(item[3], tuple | list)
+                and all(type(p) in (int, float) and 0 <= p < math.inf for p in item[3])
+                and type(item[4]) is int
+                and item[4] >= 0
+            ):
+                raise ValueError(f"item {index}: expected (user, client_id, strict, permits >= 0, now_ms)")
+        manager = self.quotas.controller_mutation
+        results = []
+        for user, client_id, strict, permits, now_ms in items:
+            quota = (manager.new_strict_quota_for if strict else manager.new_permissive_quota_for)(
+                user, client_id, now_ms
+            )
+            accepted = []
+            for value in permits:
+                try:
+                    quota.record(float(value), now_ms)
+                    accepted.append(True)
+                except ThrottlingQuotaExceededError:
+                    accepted.append(False)
+            throttle_ms = quota.throttle_time(now_ms)
+            if throttle_ms > 0:
+                manager.throttle(user, client_id, throttle_ms, now_ms)
+            results.append((throttle_ms, accepted))
+        return results
+
+    def _serve_producer_ids(self, items: Sequence[ProducerIdItem]) -> list[int]:
+        """KIP-936 ``(user, producer_id, now_ms)`` items; the throttle time of each in ms."""
+        first = items[0]
+        now_ms = first[2] if type(first) is tuple and len(first) == 3 and type(first[2]) is int else 0
+        return self.producer_ids.record_batch(items, now_ms)
+
+    def housekeeping(self, now_ms: int) -> dict[str, int]:
+        """What Kafka's background tasks do, at the callers' clock ``now_ms``: expire sensors inactive past
+        their expiration (client quotas: one hour), so a churn of client ids never grows a shard without
+        bound. Called by ``serve_at`` once per ``HOUSEKEEPING_INTERVAL_MS``; callable remotely."""
+        self._next_housekeeping_ms = now_ms + HOUSEKEEPING_INTERVAL_MS
+        expired = len(self.quotas.expire_sensors(now_ms))
+        self.expired_sensors += expired
+        return {"expired_sensors": expired}
 
     # --- introspection ---------------------------------------------------------------------------------
     def metrics_snapshot(self, now_ms: int | None = None) -> list[tuple[str, str, str, dict[str, str], float]]:
@@ -232,6 +366,7 @@ class ShardActor:
                 snapshot.append(
                     (metric_name.name, metric_name.group, metric_name.description, dict(metric_name.tags), value)
                 )
+        snapshot.extend(self.replication.metrics_snapshot(now))
         return snapshot
 
     def info(self) -> dict[str, Any]:
@@ -245,11 +380,36 @@ class ShardActor:
             "catch_ups": self.follower.catch_ups,
             "snapshot_loads": self.follower.snapshot_loads,
             "restart_required": sorted(self.binding.restart_required),
+            "expired_sensors": self.expired_sensors,
+            "replication_nodes": self.replication.nodes,
         }
 
     def client_quotas(self) -> dict[str, dict[str, float]]:
         """The image's client quotas, keyed by the entity's string form (for checks and tools)."""
         return {repr(entity): dict(values) for entity, values in self.image.client_quotas().items()}
+
+
+def _group_by_type(
+    items: Sequence[tuple[str, str, str, float, int]],
+) -> dict[QuotaType, tuple[list[int], list[UsageItem]]]:
+    """Items by quota type (indices, core items), every type checked before any item is recorded."""
+    by_type: dict[str, tuple[list[int], list[UsageItem]]] = {}
+    for index, item in enumerate(items):
+        if type(item) is not tuple or len(item) != 5:
+            raise ValueError(f"item {index}: expected (quota type, user, client_id, value, now_ms)")
+        quota_type, user, client_id, value, now_ms = item
+        group = by_type.get(quota_type)
+        if group is None:
+            group = by_type[quota_type] = ([], [])
+        group[0].append(index)
+        group[1].append((user, client_id, value, now_ms))
+    parsed = {}
+    for quota_type, group in by_type.items():
+        kind = QuotaType.parse(quota_type)
+        if kind not in _CLIENT_QUOTA_TYPES:
+            raise ValueError(f"usage items are PRODUCE or FETCH, not {kind.name}")
+        parsed[kind] = group
+    return parsed
 
 
 def _check_batch(items: object) -> None:

@@ -71,11 +71,15 @@ __all__ = [
     "QUOTA_SERVICE_NAME",
     "RETRY_AFTER_TRAILER",
     "ConfigReplica",
+    "Exhausted",
     "Gateway",
     "GatewayConfig",
+    "InvalidArgument",
     "ProducerIdServicer",
     "QuotaServicer",
+    "Unavailable",
     "serve_gateway",
+    "unary",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,8 +92,15 @@ RETRY_AFTER_TRAILER = "retry-after-ms"
 
 #: The wire's quota types, by the names the shards' ``QuotaType.parse`` takes.
 _TYPE_NAMES = {pb.PRODUCE: "PRODUCE", pb.FETCH: "FETCH"}
+_REPLICATION_NAMES = {
+    pb.LEADER_REPLICATION: "LEADER_REPLICATION",
+    pb.FOLLOWER_REPLICATION: "FOLLOWER_REPLICATION",
+    pb.ALTER_LOG_DIRS_REPLICATION: "ALTER_LOG_DIRS_REPLICATION",
+}
 _MAX_PRODUCER_ID = 2**63 - 1
-_USAGE, _PRODUCER_IDS = 0, 1
+_MAX_INT32 = 2**31 - 1
+#: Where exempt request time goes: one shared sensor (Kafka's exempt-request-time), on one shard.
+_EXEMPT_REQUEST_KEY = "REQUEST\x00exempt"
 
 
 def wall_clock_ms() -> int:
@@ -122,16 +133,16 @@ class GatewayConfig:
     max_reroutes: int = 8
 
 
-class _BadBatch(Exception):
-    """INVALID_ARGUMENT: the batch is refused as a whole."""
+class InvalidArgument(Exception):
+    """INVALID_ARGUMENT: the batch is refused as a whole (the message names the item)."""
 
 
-class _Unavailable(Exception):
+class Unavailable(Exception):
     """UNAVAILABLE: the shards (or the controller) cannot answer now."""
 
 
-class _Exhausted(Exception):
-    """RESOURCE_EXHAUSTED: the gateway is full."""
+class Exhausted(Exception):
+    """RESOURCE_EXHAUSTED: the gateway is full; ``retry_after_ms`` goes to the caller as a trailer."""
 
     def __init__(self, message: str, retry_after_ms: int) -> None:
         super().__init__(message)
@@ -140,15 +151,15 @@ class _Exhausted(Exception):
 
 def _ray_call(ref: Any, timeout_s: float) -> Any:
     """``ray_get`` with the shard's own error re-raised; a dead, restarting or silent shard (or controller,
-    when the shard could not reach it to catch up) is :class:`_Unavailable`."""
+    when the shard could not reach it to catch up) is :class:`Unavailable`."""
     from ray.exceptions import GetTimeoutError, RayActorError
 
     try:
         return ray_get(ref, timeout_s)
     except RayActorError as e:
-        raise _Unavailable(f"a shard is unavailable (restarting?): {str(e).splitlines()[0]}") from None
+        raise Unavailable(f"a shard is unavailable (restarting?): {str(e).splitlines()[0]}") from None
     except GetTimeoutError:
-        raise _Unavailable(f"a shard did not answer within {timeout_s:g} s") from None
+        raise Unavailable(f"a shard did not answer within {timeout_s:g} s") from None
 
 
 # --- the config replica ------------------------------------------------------------------------------------
@@ -172,7 +183,12 @@ class ConfigReplica:
         self.follower.start()
         startup = startup_configs(self.image)
         self.quotas = build_quota_managers(startup.quota, now_ms=wall_clock_ms())
-        self._callbacks = {"PRODUCE": self.quotas.produce.quota_callback, "FETCH": self.quotas.fetch.quota_callback}
+        self._callbacks = {
+            "PRODUCE": self.quotas.produce.quota_callback,
+            "FETCH": self.quotas.fetch.quota_callback,
+            "REQUEST": self.quotas.request.quota_callback,
+            "CONTROLLER_MUTATION": self.quotas.controller_mutation.quota_callback,
+        }
         self.binding = ManagerBinding(quotas=self.quotas)
         self.binding.load(self.image)
         self.follower.binding = self.binding
@@ -183,7 +199,7 @@ class ConfigReplica:
         try:
             return ray_get(getattr(self._controller, method).remote(*args), self._timeout_s)
         except (RayActorError, GetTimeoutError) as e:
-            raise _Unavailable(f"the config controller is unavailable: {str(e).splitlines()[0]}") from None
+            raise Unavailable(f"the config controller is unavailable: {str(e).splitlines()[0]}") from None
 
     @property
     def image(self) -> ConfigImage:
@@ -213,8 +229,9 @@ class ConfigReplica:
         if self.image.end_offset < target:
             self._pull()
 
-    def resolve(self, items: Sequence[tuple[str, str, str, float, int]]) -> tuple[int, list[str]]:
-        """The offset and each usage item's shard key ``type NUL user-tag NUL client-id-tag``."""
+    def resolve(self, items: Sequence[tuple[Any, ...]]) -> tuple[int, list[str]]:
+        """The offset and each item's shard key ``type NUL user-tag NUL client-id-tag``; an item starts
+        with ``(quota type, user, client_id)``: PRODUCE, FETCH, REQUEST or CONTROLLER_MUTATION."""
         with self.lock:
             callbacks = self._callbacks
             cache = self._keys
@@ -222,7 +239,7 @@ class ConfigReplica:
                 cache = self._keys = {}
             keys = []
             append = keys.append
-            for quota_type, user, client_id, _value, _now in items:
+            for quota_type, user, client_id, *_ in items:
                 key = cache.get((quota_type, user, client_id))
                 if key is None:
                     user_tag, client_tag = callbacks[quota_type].metric_tags(sanitize(user), client_id)
@@ -242,18 +259,20 @@ class _Pending:
         "items",
         "kind",
         "lock",
-        "now_ms",
         "offset",
         "remaining",
         "reroutes",
         "results",
+        "route",
     )
 
-    def __init__(self, kind: int, items: list[Any], now_ms: int) -> None:
+    def __init__(self, kind: str, items: list[Any], route: _Router) -> None:
         self.kind = kind
         self.items = items
-        self.now_ms = now_ms
-        self.results: list[int] = [0] * len(items)
+        #: (items, indices or None for all) -> (config offset, those items' shard keys); called again when a
+        #: fenced batch is routed again
+        self.route = route
+        self.results: list[Any] = [None] * len(items)
         self.remaining = len(items)
         self.offset = 0
         self.error: Exception | None = None
@@ -262,7 +281,7 @@ class _Pending:
         self.closed = False  # answered or failed: decided under ``lock``, exactly once
         self.done = threading.Event()
 
-    def fill(self, indices: Sequence[int], throttles: Sequence[int], offset: int) -> bool:
+    def fill(self, indices: Sequence[int], throttles: Sequence[Any], offset: int) -> bool:
         with self.lock:
             results = self.results
             for index, throttle in zip(indices, throttles, strict=True):
@@ -284,6 +303,10 @@ class _Pending:
             self.error = error
         self.done.set()
         return True
+
+
+#: ``(items, indices or None for all) -> (config offset, shard keys of those items)``
+_Router = Callable[[list[Any], Sequence[int] | None], tuple[int, list[str]]]
 
 
 @dataclass(slots=True)
@@ -352,7 +375,7 @@ class _ShardWorker(threading.Thread):
             try:
                 self._send(units)
             except Exception as e:  # never lose a worker: fail what it held
-                if not isinstance(e, _Unavailable | _BadBatch):
+                if not isinstance(e, Unavailable | InvalidArgument):
                     log.exception("shard %s: a micro-batch failed", self.shard_id)
                 for unit in units:
                     self.gateway.finish(unit.pending, error=e)
@@ -365,18 +388,15 @@ class _ShardWorker(threading.Thread):
         for unit in units:
             source = unit.pending.items
             items.extend(source[i] for i in unit.indices)
-        if kind == _USAGE:
-            ref = self.handle.record_usage_at.remote(offset, items)
-        else:
-            ref = self.handle.record_producer_ids_at.remote(offset, items, items[0][2])
+        ref = self.handle.serve_at.remote(kind, offset, items)
         try:
             shard_offset, throttles = _ray_call(ref, gateway.config.shard_timeout_s)
         except ValueError as e:  # the shard's validation: the gateway's check missed something
-            raise _BadBatch(str(e).splitlines()[0]) from None
+            raise InvalidArgument(str(e).splitlines()[0]) from None
         self.batches += 1
         if throttles is None:
             if shard_offset < offset:  # it could not catch up to the gateway's config
-                raise _Unavailable(f"shard {self.shard_id} is behind the config ({shard_offset} < {offset})")
+                raise Unavailable(f"shard {self.shard_id} is behind the config ({shard_offset} < {offset})")
             gateway.reroute(units, shard_offset)  # it is ahead of the offset these items were routed at
             return
         self.items += len(items)
@@ -450,17 +470,17 @@ class Gateway:
     # --- validation ------------------------------------------------------------------------------------
     def _check_size(self, count: int) -> None:
         if count == 0:
-            raise _BadBatch("empty batch: send at least one item")
+            raise InvalidArgument("empty batch: send at least one item")
         if count > self.config.max_batch_items:
-            raise _BadBatch(f"batch of {count} items is over the limit of {self.config.max_batch_items}")
+            raise InvalidArgument(f"batch of {count} items is over the limit of {self.config.max_batch_items}")
 
     def _check_name(self, index: int, what: str, name: str, *, allow_empty: bool) -> None:
         if not name and not allow_empty:
-            raise _BadBatch(f"item {index}: {what} must not be empty (the principal's name)")
+            raise InvalidArgument(f"item {index}: {what} must not be empty (the principal's name)")
         if len(name) > self.config.max_name_length:
-            raise _BadBatch(f"item {index}: {what} is longer than {self.config.max_name_length} characters")
+            raise InvalidArgument(f"item {index}: {what} is longer than {self.config.max_name_length} characters")
         if "\x00" in name:
-            raise _BadBatch(f"item {index}: {what} contains a NUL character")
+            raise InvalidArgument(f"item {index}: {what} contains a NUL character")
 
     def usage_items(self, batch: pb.UsageBatch, now_ms: int) -> list[tuple[str, str, str, float, int]]:
         """The batch's items as ``(type, user, client_id, value, now_ms)``, every item checked first."""
@@ -471,17 +491,107 @@ class Gateway:
         for index, item in enumerate(batch.items):
             quota_type, user, client_id, value = item.quota_type, item.user, item.client_id, item.value
             if quota_type not in _TYPE_NAMES:
-                raise _BadBatch(f"item {index}: unknown quota type {quota_type}; expected PRODUCE or FETCH")
+                raise InvalidArgument(f"item {index}: unknown quota type {quota_type}; expected PRODUCE or FETCH")
             if not (0.0 <= value < math.inf):
-                raise _BadBatch(f"item {index}: value must be a finite number >= 0, got {value!r}")
+                raise InvalidArgument(f"item {index}: value must be a finite number >= 0, got {value!r}")
             if not user or len(user) > max_name or len(client_id) > max_name or "\x00" in user or "\x00" in client_id:
                 self._check_name(index, "user", user, allow_empty=False)
                 self._check_name(index, "client_id", client_id, allow_empty=True)
             t = item.now_ms if item.HasField("now_ms") else now_ms
             if t < 0:
-                raise _BadBatch(f"item {index}: now_ms must be >= 0, got {t}")
+                raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
             append((_TYPE_NAMES[quota_type], user, client_id, value, t))
         return items
+
+    def _item_time(self, index: int, item: Any, now_ms: int) -> int:
+        t = item.now_ms if item.HasField("now_ms") else now_ms
+        if t < 0:
+            raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
+        return t
+
+    def request_items(
+        self, batch: pb.RequestTimeBatch, now_ms: int
+    ) -> tuple[list[tuple[str, str, int, int, bool, int]], list[tuple[str, str, str]]]:
+        """``(user, client_id, request nanos, network nanos, exempt, now_ms)`` per item, and what to resolve
+        each by: ``("REQUEST", user, client_id)`` (an exempt item goes to the one exempt sensor)."""
+        self._check_size(len(batch.items))
+        items, tags = [], []
+        for index, item in enumerate(batch.items):
+            self._check_name(index, "user", item.user, allow_empty=False)
+            self._check_name(index, "client_id", item.client_id, allow_empty=True)
+            if item.request_thread_time_nanos < 0 or item.network_thread_time_nanos < 0:
+                raise InvalidArgument(f"item {index}: thread times must be >= 0 nanoseconds")
+            t = self._item_time(index, item, now_ms)
+            items.append(
+                (
+                    item.user,
+                    item.client_id,
+                    item.request_thread_time_nanos,
+                    item.network_thread_time_nanos,
+                    item.exempt,
+                    t,
+                )
+            )
+            tags.append(("REQUEST", item.user, item.client_id))
+        return items, tags
+
+    def mutation_items(
+        self, batch: pb.MutationBatch, now_ms: int
+    ) -> tuple[list[tuple[str, str, bool, tuple[float, ...], int]], list[tuple[str, str, str]]]:
+        """``(user, client_id, strict, permits, now_ms)`` per item, and ``("CONTROLLER_MUTATION", user,
+        client_id)`` to resolve each by."""
+        self._check_size(len(batch.items))
+        items, tags = [], []
+        for index, item in enumerate(batch.items):
+            self._check_name(index, "user", item.user, allow_empty=False)
+            self._check_name(index, "client_id", item.client_id, allow_empty=True)
+            if item.mode not in (pb.STRICT, pb.PERMISSIVE):
+                raise InvalidArgument(f"item {index}: mode must be STRICT or PERMISSIVE, got {item.mode}")
+            if not item.permits:
+                raise InvalidArgument(f"item {index}: permits must name at least one topic's mutations")
+            if len(item.permits) > self.config.max_batch_items:
+                raise InvalidArgument(f"item {index}: more than {self.config.max_batch_items} permits")
+            permits = tuple(item.permits)
+            if not all(0.0 <= p < math.inf for p in permits):
+                raise InvalidArgument(f"item {index}: permits must be finite numbers >= 0")
+            t = self._item_time(index, item, now_ms)
+            items.append((item.user, item.client_id, item.mode == pb.STRICT, permits, t))
+            tags.append(("CONTROLLER_MUTATION", item.user, item.client_id))
+        return items, tags
+
+    def replication_items(
+        self, batch: pb.ReplicationBatch, now_ms: int
+    ) -> tuple[list[tuple[int, str, str, int, float, int]], list[str]]:
+        """``(node_id, type, topic, partition, record_bytes, now_ms)`` per item, keyed by node."""
+        self._check_size(len(batch.items))
+        items, keys = [], []
+        for index, item in enumerate(batch.items):
+            if item.node_id < 0:
+                raise InvalidArgument(f"item {index}: node_id must be >= 0, got {item.node_id}")
+            type_name = _REPLICATION_NAMES.get(item.type)
+            if type_name is None:
+                raise InvalidArgument(f"item {index}: unknown replication type {item.type}")
+            self._check_name(index, "topic", item.topic, allow_empty=False)
+            if item.partition < 0:
+                raise InvalidArgument(f"item {index}: partition must be >= 0, got {item.partition}")
+            if not 0.0 <= item.record_bytes < math.inf:
+                raise InvalidArgument(f"item {index}: record_bytes must be a finite number >= 0")
+            t = self._item_time(index, item, now_ms)
+            items.append((item.node_id, type_name, item.topic, item.partition, item.record_bytes, t))
+            keys.append(f"replication:{item.node_id}")
+        return items, keys
+
+    def resolve_by(self, tags: list[tuple[str, str, str]], exempt: Sequence[bool] | None = None) -> _Router:
+        """A router resolving item i by ``tags[i]`` (its own metric tags; ``exempt[i]``: the exempt key)."""
+
+        def route(_items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
+            chosen = range(len(tags)) if indices is None else indices
+            offset, keys = self.replica.resolve([tags[i] for i in chosen])
+            if exempt is not None:
+                keys = [_EXEMPT_REQUEST_KEY if exempt[i] else key for i, key in zip(chosen, keys, strict=True)]
+            return offset, keys
+
+        return route
 
     def producer_id_items(self, batch: pb.ProducerIdBatch, now_ms: int) -> list[tuple[str, int, int]]:
         self._check_size(len(batch.items))
@@ -489,10 +599,10 @@ class Gateway:
         for index, item in enumerate(batch.items):
             self._check_name(index, "user", item.user, allow_empty=False)
             if not 0 <= item.producer_id <= _MAX_PRODUCER_ID:
-                raise _BadBatch(f"item {index}: producer_id must be >= 0, got {item.producer_id}")
+                raise InvalidArgument(f"item {index}: producer_id must be >= 0, got {item.producer_id}")
             t = item.now_ms if item.HasField("now_ms") else now_ms
             if t < 0:
-                raise _BadBatch(f"item {index}: now_ms must be >= 0, got {t}")
+                raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
             items.append((item.user, item.producer_id, t))
         return items
 
@@ -503,13 +613,13 @@ class Gateway:
         return int(min(1000, max(1, 1000 * self._in_flight / rate)))
 
     def admit(self, count: int, wait_s: float) -> None:
-        """Reserve room for ``count`` items, waiting up to ``wait_s``; _Exhausted if there is none."""
+        """Reserve room for ``count`` items, waiting up to ``wait_s``; Exhausted if there is none."""
         deadline = time.monotonic() + wait_s
         with self._room:
             while self._in_flight + count > self.config.max_in_flight_items and self._in_flight > 0:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise _Exhausted(
+                    raise Exhausted(
                         f"the gateway is full ({self._in_flight} items in flight); retry later",
                         self._retry_after_ms(),
                     )
@@ -537,10 +647,7 @@ class Gateway:
     def _route(self, pending: _Pending, indices: Sequence[int] | None = None, *, front: bool = False) -> None:
         items = pending.items
         chosen = range(len(items)) if indices is None else indices
-        if pending.kind == _USAGE:
-            offset, keys = self.replica.resolve([items[i] for i in chosen])
-        else:
-            offset, keys = self.replica.offset, [items[i][0] for i in chosen]
+        offset, keys = pending.route(items, indices)
         groups: dict[str, list[int]] = {}
         owner = self._owner
         for index, key in zip(chosen, keys, strict=True):
@@ -561,33 +668,68 @@ class Gateway:
             self.replica.catch_up(shard_offset)
         except Exception as e:
             for unit in units:
-                self.finish(unit.pending, error=_Unavailable(f"cannot catch up with the config: {e}"))
+                self.finish(unit.pending, error=Unavailable(f"cannot catch up with the config: {e}"))
             return
         for unit in reversed(units):
             pending = unit.pending
             pending.reroutes += 1
             if pending.reroutes > self.config.max_reroutes * max(1, len(self.workers)):
-                self.finish(pending, error=_Unavailable("the shards' config keeps moving; retry"))
+                self.finish(pending, error=Unavailable("the shards' config keeps moving; retry"))
                 continue
             self._route(pending, unit.indices, front=True)
 
-    def submit(self, kind: int, items: list[Any], now_ms: int, wait_s: float) -> _Pending:
-        """Admit, route and queue a validated batch; the caller waits on ``pending.done``."""
+    def submit(
+        self,
+        kind: str,
+        items: list[Any],
+        wait_s: float,
+        route: _Router | None = None,
+    ) -> _Pending:
+        """Admit, route and queue a validated batch; the caller waits on ``pending.done``. ``route`` gives
+        ``(config offset, shard keys)`` of the items at some indices (None: all); by default each item's
+        metric tags, for items that start ``(quota type, user, client_id)``."""
         self.admit(len(items), wait_s)
-        pending = _Pending(kind, items, now_ms)
+        pending = _Pending(kind, items, route if route is not None else self._resolve_tags)
         try:
             self._route(pending)
         except Exception as e:
-            self.finish(pending, error=e if isinstance(e, _Unavailable) else _Unavailable(str(e)))
+            self.finish(pending, error=e if isinstance(e, Unavailable) else Unavailable(str(e)))
         return pending
+
+    def wait(self, pending: _Pending) -> tuple[int, list[Any]]:
+        """Wait for a submitted batch: ``(config offset, results in the items' order)``, or its error."""
+        if not pending.done.wait(self.config.shard_timeout_s + 5):
+            raise Unavailable("the shards did not answer in time")
+        if pending.error is not None:
+            raise pending.error
+        return pending.offset, pending.results
 
     def answer(self, pending: _Pending, batch_id: int) -> pb.ThrottleBatch:
         """Wait for a submitted batch; its ThrottleBatch, or its error raised."""
-        if not pending.done.wait(self.config.shard_timeout_s + 5):
-            raise _Unavailable("the shards did not answer in time")
-        if pending.error is not None:
-            raise pending.error
-        return pb.ThrottleBatch(batch_id=batch_id, throttle_time_ms=pending.results, config_offset=pending.offset)
+        offset, results = self.wait(pending)
+        return pb.ThrottleBatch(batch_id=batch_id, throttle_time_ms=results, config_offset=offset)
+
+    def dispatch(
+        self, kind: str, items: list[Any], keys: Sequence[str], *, fenced: bool = False, wait_s: float = 0.0
+    ) -> tuple[int, list[Any]]:
+        """Serve ``items`` of ``kind`` on the shards owning ``keys`` (one per item): micro-batched per shard
+        with everything else queued for it, ``ShardActor.serve_at(kind, offset, items)`` on each, and
+        ``(config offset, results in the items' order)`` back. For kinds keyed without config (a user, a
+        node, a client instance id); ``fenced`` kinds are routed by metric tags (``submit``).
+        Raises Unavailable / Exhausted (after waiting ``wait_s`` for room)."""
+        if len(keys) != len(items):
+            raise ValueError(f"{len(items)} items but {len(keys)} keys")
+        if fenced:
+            raise ValueError("fenced kinds are routed by their metric tags: use submit()")
+        fixed = list(keys)
+
+        def route(_items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
+            return self.replica.offset, fixed if indices is None else [fixed[i] for i in indices]
+
+        return self.wait(self.submit(kind, items, wait_s, route))
+
+    def _resolve_tags(self, items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
+        return self.replica.resolve(items if indices is None else [items[i] for i in indices])
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -600,16 +742,16 @@ class Gateway:
 
 # --- servicers ---------------------------------------------------------------------------------------------
 def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str, int]:
-    if isinstance(exc, _BadBatch):
+    if isinstance(exc, InvalidArgument):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc), 0
-    if isinstance(exc, _Exhausted):
+    if isinstance(exc, Exhausted):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), exc.retry_after_ms
-    if isinstance(exc, _Unavailable):
+    if isinstance(exc, Unavailable):
         return grpc.StatusCode.UNAVAILABLE, str(exc), 0
     return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see the gateway's log", 0
 
 
-def _unary(method: Callable[..., Any]) -> Callable[..., Any]:
+def unary(method: Callable[..., Any]) -> Callable[..., Any]:
     """Exceptions become a gRPC status with a one-line message (and the retry-after trailer)."""
 
     @functools.wraps(method)
@@ -631,11 +773,11 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
-    @_unary
+    @unary
     def RecordUsageBatch(self, request: pb.UsageBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
         gateway = self.gateway
         items = gateway.usage_items(request, gateway.clock())
-        return gateway.answer(gateway.submit(_USAGE, items, 0, 0.0), request.batch_id)
+        return gateway.answer(gateway.submit("usage", items, 0.0), request.batch_id)
 
     def RecordUsage(
         self, request_iterator: Iterator[pb.UsageBatch], context: grpc.ServicerContext
@@ -660,7 +802,7 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
                 for batch in request_iterator:
                     try:
                         items = gateway.usage_items(batch, gateway.clock())
-                        entry: Any = (batch.batch_id, gateway.submit(_USAGE, items, 0, gateway.config.stream_wait_s))
+                        entry: Any = (batch.batch_id, gateway.submit("usage", items, gateway.config.stream_wait_s))
                     except Exception as exc:
                         entry = (batch.batch_id, exc)
                     if not put(entry):
@@ -695,16 +837,52 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
         finally:
             stop.set()
 
+    @unary
+    def UnrecordUsage(self, request: pb.UsageBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
+        gateway = self.gateway
+        items = gateway.usage_items(request, gateway.clock())
+        return gateway.answer(gateway.submit("unrecord", items, 0.0), request.batch_id)
+
+    @unary
+    def RecordRequestTime(self, request: pb.RequestTimeBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
+        gateway = self.gateway
+        items, tags = gateway.request_items(request, gateway.clock())
+        route = gateway.resolve_by(tags, [item[4] for item in items])
+        return gateway.answer(gateway.submit("request", items, 0.0, route), request.batch_id)
+
+    @unary
+    def RecordMutations(self, request: pb.MutationBatch, context: grpc.ServicerContext) -> pb.MutationResults:
+        gateway = self.gateway
+        items, tags = gateway.mutation_items(request, gateway.clock())
+        offset, results = gateway.wait(gateway.submit("mutation", items, 0.0, gateway.resolve_by(tags)))
+        return pb.MutationResults(
+            batch_id=request.batch_id,
+            results=[pb.MutationResult(throttle_time_ms=t, accepted=accepted) for t, accepted in results],
+            config_offset=offset,
+        )
+
+    @unary
+    def CheckReplication(self, request: pb.ReplicationBatch, context: grpc.ServicerContext) -> pb.ReplicationResults:
+        gateway = self.gateway
+        items, keys = gateway.replication_items(request, gateway.clock())
+        offset, results = gateway.dispatch("replication", items, keys)
+        return pb.ReplicationResults(
+            batch_id=request.batch_id,
+            results=[pb.ReplicationResult(throttled=t, quota_exceeded=e) for t, e in results],
+            config_offset=offset,
+        )
+
 
 class ProducerIdServicer(quota_pb2_grpc.ProducerIdServiceServicer):
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
-    @_unary
+    @unary
     def RecordProducerIds(self, request: pb.ProducerIdBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
         gateway = self.gateway
         items = gateway.producer_id_items(request, gateway.clock())
-        return gateway.answer(gateway.submit(_PRODUCER_IDS, items, 0, 0.0), request.batch_id)
+        offset, results = gateway.dispatch("producer_ids", items, [item[0] for item in items])
+        return pb.ThrottleBatch(batch_id=request.batch_id, throttle_time_ms=results, config_offset=offset)
 
 
 class _Server:

@@ -1,0 +1,123 @@
+"""Replication throttles of the nodes a shard owns: Kafka's ReplicationQuotaManagers, one set per node.
+
+Replication quotas are per broker in Kafka: ``leader.replication.throttled.rate`` (and the follower and
+alter-log-dirs rates) bound one broker's replication traffic, and a topic's
+``leader.replication.throttled.replicas`` names the partitions throttled *on a given broker*. So the
+state is keyed by node id: a shard owns all of a node's replication state (the gateway routes by
+``replication:<node id>``) and keeps, per node it has been asked about, the three
+``ReplicationQuotaManager`` s built from ``startup_configs(image, node_id)`` and kept in step by their own
+``ManagerBinding(node_id=...)`` (cluster default, then the node's override, as in Kafka).
+
+A node's managers are built on its first item, from the image the shard holds then; every later config
+event reaches them through :meth:`apply` (the shard fans its events out), so rates and throttled replicas
+change in place and the recorded rate survives the change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from quotaplane.config import ConfigDelta, ConfigImage, ManagerBinding, startup_configs
+from quotaplane.quota import QuotaManagers, QuotaType, build_quota_managers
+
+__all__ = ["REPLICATION_TYPES", "ReplicationHost", "ReplicationItem"]
+
+#: Item types, by the names the wire's ReplicationType maps to.
+REPLICATION_TYPES = {
+    "LEADER_REPLICATION": "leader",
+    "FOLLOWER_REPLICATION": "follower",
+    "ALTER_LOG_DIRS_REPLICATION": "alter_log_dirs",
+}
+_MAX_INT32 = 2**31 - 1
+
+#: ``(node_id, type name, topic, partition, record_bytes, now_ms)``
+ReplicationItem = tuple[int, str, str, int, float, int]
+
+
+class ReplicationHost:
+    """Per-node replication quota managers, built on first use and bound to the config log."""
+
+    def __init__(self, image_of: Callable[[], ConfigImage]) -> None:
+        self._image_of = image_of
+        self._nodes: dict[int, tuple[QuotaManagers, ManagerBinding]] = {}
+
+    def _node(self, node_id: int, now_ms: int) -> QuotaManagers:
+        entry = self._nodes.get(node_id)
+        if entry is None:
+            image = self._image_of()
+            managers = build_quota_managers(startup_configs(image, node_id).quota, now_ms=now_ms)
+            binding = ManagerBinding(quotas=managers, node_id=node_id)
+            binding.load(image)
+            entry = self._nodes[node_id] = (managers, binding)
+        return entry[0]
+
+    # --- the config stream: the shard fans every event out to us -----------------------------------------
+    def apply(self, delta: ConfigDelta, image: ConfigImage) -> None:
+        for _, binding in self._nodes.values():
+            binding.apply(delta, image)
+
+    def apply_changes(self, changes: Iterable[Any], image: ConfigImage) -> None:
+        changes = list(changes)
+        for _, binding in self._nodes.values():
+            binding.apply_changes(changes, image)
+
+    # --- requests ------------------------------------------------------------------------------------------
+    @staticmethod
+    def check(items: Sequence[Any]) -> None:
+        """Every item valid, or ValueError naming the first bad one (nothing is recorded then)."""
+        for index, item in enumerate(items):
+            if not isinstance(item, tuple) or len(item) != 6:
+                raise ValueError(f"item {index}: expected (node_id, type, topic, partition, bytes, now_ms)")
+            node_id, type_name, topic, partition, record_bytes, now_ms = item
+            if isinstance(node_id, bool) or not isinstance(node_id, int) or not 0 <= node_id <= _MAX_INT32:
+                raise ValueError(f"item {index}: node_id must be an int in [0, 2^31), got {node_id!r}")
+            if type_name not in REPLICATION_TYPES:
+                raise ValueError(f"item {index}: unknown replication type {type_name!r}")
+            if not isinstance(topic, str) or not topic:
+                raise ValueError(f"item {index}: topic must be a non-empty string")
+            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= _MAX_INT32:
+                raise ValueError(f"item {index}: partition must be an int in [0, 2^31), got {partition!r}")
+            if isinstance(record_bytes, bool) or not isinstance(record_bytes, int | float):
+                raise ValueError(f"item {index}: record_bytes must be a number")
+            if not 0 <= record_bytes < math.inf:
+                raise ValueError(f"item {index}: record_bytes must be finite and >= 0, got {record_bytes!r}")
+            if isinstance(now_ms, bool) or not isinstance(now_ms, int) or now_ms < 0:
+                raise ValueError(f"item {index}: now_ms must be an int >= 0, got {now_ms!r}")
+
+    def serve(self, items: Sequence[ReplicationItem]) -> list[tuple[bool, bool]]:
+        """``(throttled, quota_exceeded)`` per item, in order. A throttled partition's bytes are recorded
+        first (Kafka's fetchers record only throttled partitions), so ``quota_exceeded`` includes them."""
+        self.check(items)
+        results = []
+        for node_id, type_name, topic, partition, record_bytes, now_ms in items:
+            manager = getattr(self._node(node_id, now_ms), REPLICATION_TYPES[type_name])
+            throttled = manager.is_throttled(topic, partition)
+            if throttled and record_bytes > 0:
+                manager.record(record_bytes, now_ms)
+            results.append((throttled, manager.is_quota_exceeded(now_ms)))
+        return results
+
+    def metrics_snapshot(self, now_ms: int) -> list[tuple[str, str, str, dict[str, str], float]]:
+        """Each node's replication byte-rate metrics, tagged with ``node`` (Kafka's have no tags: one
+        broker, one set)."""
+        rows = []
+        for node_id, (managers, _) in sorted(self._nodes.items()):
+            for metric_name, metric in list(managers.metrics.metrics.items()):
+                if metric_name.group not in _REPLICATION_GROUPS:
+                    continue
+                value = metric.measurable_value(now_ms)
+                if math.isfinite(value):
+                    tags = {**metric_name.tags, "node": str(node_id)}
+                    rows.append((metric_name.name, metric_name.group, metric_name.description, tags, value))
+        return rows
+
+    @property
+    def nodes(self) -> list[int]:
+        return sorted(self._nodes)
+
+
+_REPLICATION_GROUPS = frozenset(
+    str(t) for t in (QuotaType.LEADER_REPLICATION, QuotaType.FOLLOWER_REPLICATION, QuotaType.ALTER_LOG_DIRS_REPLICATION)
+)
