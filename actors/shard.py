@@ -95,12 +95,16 @@ class ShardActor:
         *,
         catch_up_events: int = 10_000,
         controller_timeout_s: float = 30.0,
+        data_dir: str | None = None,
     ) -> None:
         self.shard_id = shard_id
         self.node_id = node_id
+        #: where this shard writes (the telemetry archive); None: nothing on disk
+        self.data_dir = data_dir
         self._controller = controller
         self._controller_timeout_s = controller_timeout_s
         self._started_ms = wall_clock_ms()
+        self._reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.follower = ConfigFollower(self._call, max_events=catch_up_events)
         self.follower.start()
         self._build_managers(self._started_ms)
@@ -179,6 +183,15 @@ class ShardActor:
     def applied_offset(self) -> int:
         """The offset of the next event this shard expects (= events applied)."""
         return self.image.end_offset
+
+    def progress(self) -> dict[str, Any]:
+        """Applied offset and incarnation, for the metrics endpoint: ``incarnation`` changes when Ray
+        restarts the actor, ``reconstructed`` is true in a restarted one (its usage windows started over)."""
+        return {
+            "applied_offset": self.image.end_offset,
+            "incarnation": (os.getpid(), self._started_ms),
+            "reconstructed": self._reconstructed,
+        }
 
     # --- the hot path ----------------------------------------------------------------------------------
     def record_batch(self, quota_type: str | QuotaType, items: Sequence[UsageItem], now_ms: int) -> list[int]:
@@ -427,6 +440,7 @@ def start_shard(
     name: str | None = None,
     namespace: str | None = None,
     catch_up_events: int = 10_000,
+    data_dir: str | None = None,
 ) -> Any:
     """A ShardActor named ``name`` (default ``quotaplane-shard-<shard_id>``; the running one if it
     exists), restarted by Ray after a crash (``max_restarts=-1``). Its name is what lets a restarted
@@ -438,7 +452,7 @@ def start_shard(
         max_restarts=-1,
         max_task_retries=0,
         num_cpus=0,
-    ).remote(shard_id, controller, node_id, catch_up_events=catch_up_events)
+    ).remote(shard_id, controller, node_id, catch_up_events=catch_up_events, data_dir=data_dir)
 
 
 _REMOTE_SHARD = ray.remote(ShardActor)

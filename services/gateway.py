@@ -131,6 +131,8 @@ class GatewayConfig:
     shard_timeout_s: float = 30.0
     #: Re-routes of one item after shards reported newer config, before UNAVAILABLE.
     max_reroutes: int = 8
+    #: How long config polls may fail before gRPC health says NOT_SERVING.
+    config_stale_s: float = 2.0
 
 
 class InvalidArgument(Exception):
@@ -435,6 +437,10 @@ class Gateway:
         self._completed_items = 0
         #: micro-batches a shard refused because it was at a newer config (each then routed again)
         self.reroutes = 0
+        #: config polls that failed (the controller unreachable or restarting)
+        self.poll_failures = 0
+        #: told False when config polls have failed for ``config_stale_s``, True when they work again
+        self.on_config_health: Callable[[bool], None] = lambda serving: None
         self._started = time.monotonic()
         for worker in self.workers.values():
             worker.start()
@@ -459,13 +465,29 @@ class Gateway:
         return self.replica.offset
 
     def _poll_loop(self) -> None:
+        """Poll the controller; after ``config_stale_s`` without a successful poll the gateway reports
+        NOT_SERVING on gRPC health (``on_config_health(False)``), so a load balancer moves traffic to a
+        gateway that sees the config, and SERVING again once a poll succeeds. It keeps answering from its
+        last image meanwhile (quotas rarely change; refusing all traffic would be worse)."""
+        last_ok = time.monotonic()
+        healthy = True
         while not self._stop.wait(self.config.poll_interval_s):
             try:
                 self.replica.poll()
+                last_ok = time.monotonic()
+                if not healthy:
+                    healthy = True
+                    log.warning("config polls succeed again: SERVING")
+                    self.on_config_health(True)
             except Exception as e:  # keep the last image; the next round retries
                 if self.stopping:
                     return
+                self.poll_failures += 1
                 log.warning("config poll failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+                if healthy and time.monotonic() - last_ok > self.config.config_stale_s:
+                    healthy = False
+                    log.warning("no config poll succeeded for %.1f s: NOT_SERVING", self.config.config_stale_s)
+                    self.on_config_health(False)
 
     # --- validation ------------------------------------------------------------------------------------
     def _check_size(self, count: int) -> None:
@@ -935,8 +957,15 @@ def serve_gateway(
         ),
         server,
     )
-    for service in ("", QUOTA_SERVICE_NAME, PRODUCER_ID_SERVICE_NAME):
-        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    served = ("", QUOTA_SERVICE_NAME, PRODUCER_ID_SERVICE_NAME)
+
+    def set_health(serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in served:
+            health_servicer.set(service, status)
+
+    set_health(True)
+    gateway.on_config_health = set_health
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as e:

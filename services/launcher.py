@@ -420,7 +420,9 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
     except Exception as e:
         raise LaunchError(f"the config controller on {cluster.config_dir} did not start: {_ray_reason(e)}") from None
     for i in range(shards):
-        cluster.shards[str(i)] = start_shard(i, cluster.controller, namespace=NAMESPACE)
+        cluster.shards[str(i)] = start_shard(
+            i, cluster.controller, namespace=NAMESPACE, data_dir=str(cluster.data_dir.absolute() / "shards" / str(i))
+        )
     for name, shard in cluster.shards.items():
         try:
             ray.get(shard.info.remote(), timeout=remaining())

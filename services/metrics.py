@@ -63,6 +63,7 @@ The ``metric`` label of the two counters is bounded by the number of metric name
 ``quotaplane_shard_applied_offset{shard}``            events the shard has applied
 ``quotaplane_shard_lag_events{shard}``                end offset - applied offset (>= 0)
 ``quotaplane_shard_up{shard}``                        1 if the shard answered this scrape, else 0
+``quotaplane_shard_restarts_total{shard}``            restarts seen (each restarted the shard's usage windows)
 ``quotaplane_scrape_shard_errors_total{shard}``       shard calls that failed or timed out
 ``quotaplane_scrape_controller_errors_total``         controller calls that failed or timed out
 ``quotaplane_series_dropped_total{metric}``           series left out by ``max_series_per_metric``
@@ -183,6 +184,9 @@ class QuotaplaneCollector(Collector):
         self.controller_errors = 0
         self.dropped: dict[str, int] = {}
         self.duplicates: dict[str, int] = {}
+        #: restarts of each shard seen by this endpoint (each lost the usage windows of its entities)
+        self.shard_restarts: dict[str, int] = {}
+        self._incarnations: dict[str, Any] = {}
 
     def describe(self) -> list[Metric]:
         """Nothing up front: registering must not scrape the cluster (names are known only by scraping)."""
@@ -221,7 +225,7 @@ class QuotaplaneCollector(Collector):
                     continue
                 del self._pending[name]
             try:
-                asked[name] = [handle.metrics_snapshot.remote(now_ms), handle.applied_offset.remote()]
+                asked[name] = [handle.metrics_snapshot.remote(now_ms), handle.progress.remote()]
             except Exception:
                 self._count_shard_error(name)
         refs = [ref for pair in asked.values() for ref in pair]
@@ -239,14 +243,27 @@ class QuotaplaneCollector(Collector):
         answers: dict[str, tuple[Snapshot, int]] = {}
         for name, pair in asked.items():
             try:
-                snapshot, applied = ray.get(pair, timeout=0)
+                snapshot, progress = ray.get(pair, timeout=0)
             except Exception as e:
                 if isinstance(e, ray.exceptions.GetTimeoutError):
                     self._pending[name] = pair
                 self._count_shard_error(name)
                 continue
-            answers[name] = (snapshot, int(applied))
+            self._note_incarnation(name, progress)
+            answers[name] = (snapshot, int(progress["applied_offset"]))
         return end_offset, answers
+
+    def _note_incarnation(self, name: str, progress: Mapping[str, Any]) -> None:
+        """Count a restart when a shard's incarnation changed since the last scrape, or when the first one
+        seen is already a restart (Ray reconstructed it before this endpoint started)."""
+        incarnation = progress["incarnation"]
+        seen = self._incarnations.get(name)
+        if seen is None:
+            if progress["reconstructed"]:
+                self.shard_restarts[name] = self.shard_restarts.get(name, 0) + 1
+        elif seen != incarnation:
+            self.shard_restarts[name] = self.shard_restarts.get(name, 0) + 1
+        self._incarnations[name] = incarnation
 
     def _count_shard_error(self, name: str) -> None:
         self.shard_errors[name] = self.shard_errors.get(name, 0) + 1
@@ -326,6 +343,12 @@ class QuotaplaneCollector(Collector):
         yield applied
         yield lag
         yield up
+        yield _counter(
+            "quotaplane_shard_restarts",
+            "Shard restarts seen (Ray restarted the actor; the usage windows of its entities started over)",
+            "shard",
+            self.shard_restarts,
+        )
         yield _counter(
             "quotaplane_scrape_shard_errors",
             "Shard calls of the metrics endpoint that failed or timed out",

@@ -202,8 +202,8 @@ def test_a_shard_that_does_not_answer_is_skipped_and_counted(cluster: Cluster) -
             time.sleep(20)
             return []
 
-        def applied_offset(self) -> int:
-            return 0
+        def progress(self) -> dict:
+            return {"applied_offset": 0, "incarnation": (0, 0), "reconstructed": False}
 
     hung = Hung.remote()
     shards = {**cluster.shards, "hung": hung}
