@@ -439,6 +439,7 @@ class Gateway:
         self.reroutes = 0
         #: config polls that failed (the controller unreachable or restarting)
         self.poll_failures = 0
+        self.poll_failures_logged_at = 0.0
         #: told False when config polls have failed for ``config_stale_s``, True when they work again
         self.on_config_health: Callable[[bool], None] = lambda serving: None
         self._started = time.monotonic()
@@ -483,7 +484,12 @@ class Gateway:
                 if self.stopping:
                     return
                 self.poll_failures += 1
-                log.warning("config poll failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+                reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+                # once per outage, not once per poll (every 50 ms)
+                (log.warning if healthy and self.poll_failures_logged_at != last_ok else log.debug)(
+                    "config poll failed: %s", reason
+                )
+                self.poll_failures_logged_at = last_ok
                 if healthy and time.monotonic() - last_ok > self.config.config_stale_s:
                     healthy = False
                     log.warning("no config poll succeeded for %.1f s: NOT_SERVING", self.config.config_stale_s)
