@@ -164,11 +164,23 @@ def _client(address: str, args: dict[str, Any], out: Any) -> None:
         ]
         sent: dict[int, float] = {}
         room = threading.Semaphore(args["in_flight"])
+        rate = args.get("rate")  # items/s over all streams: open loop, paced; None: as fast as answered
+        interval = args["batch"] * args["streams"] / rate if rate else 0.0
 
         def requests() -> Iterator[Any]:
+            first = time.perf_counter()
             for b in batches:
-                room.acquire()
-                sent[b.batch_id] = time.perf_counter()
+                if interval:
+                    # open loop: batch b is due at first + b * interval, answered or not; latency counts from
+                    # when it was due, so a late send is not hidden (no coordinated omission)
+                    due = first + b.batch_id * interval
+                    pause = due - time.perf_counter()
+                    if pause > 0:
+                        time.sleep(pause)
+                    sent[b.batch_id] = due
+                else:
+                    room.acquire()
+                    sent[b.batch_id] = time.perf_counter()
                 yield b
 
         warm = len(batches) // 10
@@ -180,7 +192,8 @@ def _client(address: str, args: dict[str, Any], out: Any) -> None:
             stub = quota_pb2_grpc.QuotaServiceStub(channel)
             for answer in stub.RecordUsage(requests()):
                 now = time.perf_counter()
-                room.release()
+                if not interval:
+                    room.release()
                 if answer.HasField("error"):
                     errors += 1
                     continue
@@ -254,6 +267,17 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
             process.start()
             quiet = out.get(timeout=600)[0]
             process.join(timeout=60)
+            # half load: the same streams, paced open-loop at half the decisions/s measured above
+            timed = sum(r[4] for r in results.values())
+            span = max(r[3] for r in results.values()) - min(r[2] for r in results.values())
+            half_rate = timed / span / 2 if span > 0 else None
+            half_args = {**client_args, "rate": half_rate, "items": min(args.items, 100_000)}
+            half_args.update(seed=args.seed + 2, t0=T0 + 20_000_000)
+            process = context.Process(target=_client, args=(cluster.gateway_address, half_args, out))
+            process.start()
+            half = out.get(timeout=600)
+            process.join(timeout=60)
+    half_latencies = [x for r in half.values() for x in r[1]]
     quiet_latencies = quiet[1]
     latencies = [x for r in results.values() for x in r[1]]
     began = min(r[2] for r in results.values())
@@ -288,6 +312,13 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
         "mean_items_per_shard_call": round(shard_items / shard_batches, 1) if shard_batches else None,
         "gateway_reroutes": stats["reroutes"],
         "startup_s": round(start_s, 2),
+        "half_load_paced": {
+            "offered_decisions_per_s": round(half_rate) if half_rate else None,
+            "batch_p50_ms": round(percentile(half_latencies, 0.5) * 1000, 3),
+            "batch_p99_ms": round(percentile(half_latencies, 0.99) * 1000, 3),
+            "batches_timed": len(half_latencies),
+            "errors": sum(r[5] for r in half.values()),
+        },
         "unloaded_one_batch_in_flight": {
             "decisions_per_s": round(quiet[4] / (quiet[3] - quiet[2])) if quiet[3] > quiet[2] else None,
             "batch_p50_ms": round(percentile(quiet_latencies, 0.5) * 1000, 3),
@@ -347,7 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "figures": {"core_in_process": core, "cluster": clusters},
         "notes": (
             "cluster.batch_p50/p99_ms are under load: streams x in_flight batches are queued at once, so they are "
-            "mostly queueing (Little's law); unloaded_one_batch_in_flight is the latency of one batch alone. "
+            "mostly queueing (Little's law); half_load_paced offers half the measured decisions/s open-loop "
+            "(latency from each batch's due time); unloaded_one_batch_in_flight is one batch alone. "
             "Client, gateway, shards and Ray share the machine's cores; the core figure uses one core."
         ),
         "machine": machine(),
