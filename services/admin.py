@@ -14,8 +14,12 @@ OUT_OF_RANGE / FAILED_PRECONDITION when the events asked about were deleted, INT
 here, with its traceback, not sent).
 
 The caller's principal is the ``x-quotaplane-principal`` call metadata (default ``User:ANONYMOUS``): it
-is recorded in the log with every change it makes, so ``EntityHistory`` says who did what. Nothing
-authenticates it yet: put the service behind mTLS or an authenticating proxy before trusting it.
+is recorded in the log with every change it makes, so ``EntityHistory`` says who did what. Who may call at
+all is decided before the servicer runs (``services/_security.py``, the ``security`` argument of
+:func:`serve`): TLS or mutual TLS on the listener, and, once operator tokens or certificate subjects are
+configured, an operator credential on every AdminService RPC (UNAUTHENTICATED / PERMISSION_DENIED
+otherwise, nothing changed). The recorded principal is still the caller's own claim, not derived from that
+credential.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ from quotaplane.config import (
 )
 from quotaplane.config._log import EventLogClosedError, EventLogFailedError, OffsetOutOfRangeError
 from quotaplane.errors import ApiError, Errors
+
+from ._security import ServerSecurity, bind_port
 
 __all__ = [
     "KAFKA_ERROR_CODE_TRAILER",
@@ -526,11 +532,15 @@ def serve(
     *,
     max_workers: int = 8,
     clock: Callable[[], int] | None = None,
+    security: ServerSecurity | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start a gRPC server with the AdminService, health checking and reflection; return it and its port.
 
     Health reports SERVING for the server ("") and for ``quotaplane.v1.AdminService``; the caller stops the
     server (``server.stop(grace)``) and then closes the store.
+
+    ``security`` (None: plaintext, every RPC open) puts TLS or mutual TLS on the listener and, when it has
+    operator credentials, requires one on every AdminService RPC; health and reflection stay open.
 
     ``SO_REUSEPORT`` is off (gRPC turns it on by default on Linux): with it, a second server on the same
     port would bind without error and share the connections with the first.
@@ -538,6 +548,7 @@ def serve(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="admin-grpc"),
         options=[("grpc.so_reuseport", 0)],
+        interceptors=[security.operator_interceptor(SERVICE_NAME)] if security and security.operator_auth else None,
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(store, clock=clock), server)
     health_servicer = health.HealthServicer()
@@ -547,11 +558,6 @@ def serve(
     )
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as e:  # grpc raises RuntimeError for an address it cannot bind
-        raise OSError(f"cannot listen on {address}: {e}") from None
-    if port == 0:
-        raise OSError(f"cannot listen on {address}")
+    port = bind_port(server, address, security)
     server.start()
     return server, port

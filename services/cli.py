@@ -15,12 +15,18 @@ or 127.0.0.1:9093) and mirror Kafka's tools, so an operator's muscle memory carr
   what, when) and ``image --at TIME`` (the client quotas as they were then), ``offsets``.
 
 Errors are one line on stderr (``Error: ...``) and an exit code: 1 for a request Kafka (or the tool)
-refuses, 2 for usage errors (argparse), 3 when the admin service cannot be reached.
+refuses, 2 for usage errors (argparse), 3 when the admin service cannot be reached. The admin commands
+reach a TLS listener with ``--tls-ca`` (and ``--tls-cert`` / ``--tls-key`` under mutual TLS), and send an
+operator token with ``--token`` or ``$QUOTAPLANE_TOKEN`` (the variable keeps it out of ``ps``); a missing
+or refused credential is exit 1 (UNAUTHENTICATED / PERMISSION_DENIED, one line).
 
 ``quotaplane up`` runs the embedded default on one machine (``services/launcher.py``): a private local
 Ray, the config controller, the shards and the AdminService, with all data under ``--data-dir``. It
 prints one line per endpoint, then ``ready``, then a line each time the config log or a shard's applied
-offset moves, and stops cleanly on SIGINT / SIGTERM (exit 0). Later commands (``compact-log`` ...) are
+offset moves, and stops cleanly on SIGINT / SIGTERM (exit 0). It listens on loopback unless ``--host``
+says otherwise, and warns (one stderr line) when it listens beyond loopback with no operator credential
+configured (``--operator-tokens-file``, ``--operator-subjects``); ``--tls-cert`` / ``--tls-key`` /
+``--tls-client-ca`` put TLS or mutual TLS on both gRPC listeners. Later commands (``compact-log`` ...) are
 added here as their issues land.
 """
 
@@ -38,6 +44,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from quotaplane import __version__
 from quotaplane.quota import (
@@ -47,6 +54,9 @@ from quotaplane.quota import (
     ClientQuotaManagerConfig,
     QuotaType,
 )
+
+if TYPE_CHECKING:
+    from quotaplane.services._security import ClientSecurity, ServerSecurity
 
 __all__ = ["main"]
 
@@ -271,17 +281,17 @@ def _print_quotas(entries: Sequence[object]) -> None:
 
 
 class _AdminClient:
-    """One channel to the AdminService; every call carries the principal and a deadline."""
+    """One channel to the AdminService (TLS and the operator token as ``security`` says); every call
+    carries the principal, the token and a deadline."""
 
-    def __init__(self, address: str, principal: str | None) -> None:
-        import grpc
+    def __init__(self, address: str, principal: str | None, security: ClientSecurity) -> None:
         from quotaplane.services.admin import PRINCIPAL_METADATA
         from quotaplane.v1 import admin_pb2_grpc
 
         self.address = address
-        self._channel = grpc.insecure_channel(address)
+        self._channel = security.channel(address)
         self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
-        self._metadata = ((PRINCIPAL_METADATA, principal),) if principal else ()
+        self._metadata = (((PRINCIPAL_METADATA, principal),) if principal else ()) + security.metadata()
 
     def __getattr__(self, rpc: str):  # AdminService's methods, with the deadline and metadata applied
         method = getattr(self._stub, rpc)
@@ -516,6 +526,16 @@ def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
         help="the principal recorded with changes, e.g. User:alice (default $QUOTAPLANE_PRINCIPAL, else "
         "the server's User:ANONYMOUS)",
     )
+    connection.add_argument("--tls-ca", metavar="PEM", help="connect with TLS, trusting this CA file")
+    connection.add_argument(
+        "--tls-cert", metavar="PEM", help="client certificate (chain) for mutual TLS; implies TLS (with --tls-key)"
+    )
+    connection.add_argument("--tls-key", metavar="PEM", help="the client certificate's private key")
+    connection.add_argument(
+        "--token",
+        default=os.environ.get("QUOTAPLANE_TOKEN"),
+        help="operator bearer token (default $QUOTAPLANE_TOKEN; prefer the variable, arguments show in ps)",
+    )
 
     quotas = commands.add_parser(
         "quotas", parents=[connection], help="alter and describe client quotas (kafka-configs.sh)"
@@ -567,8 +587,16 @@ def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
 def _run_admin(args: argparse.Namespace) -> int:
     """Run an admin command: its errors become one line on stderr and an exit code, never a traceback."""
     import grpc
+    from quotaplane.services._security import ClientSecurity
 
-    admin = _AdminClient(args.bootstrap_server, args.principal)
+    try:
+        security = ClientSecurity.load(
+            ca_file=args.tls_ca, cert_file=args.tls_cert, key_file=args.tls_key, token=args.token
+        )
+    except ValueError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return _EXIT_REFUSED
+    admin = _AdminClient(args.bootstrap_server, args.principal, security)
     try:
         return args.admin_handler(args.admin_parser, args, admin)
     except _CliError as e:
@@ -580,6 +608,8 @@ def _run_admin(args: argparse.Namespace) -> int:
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             print(f"Error: cannot reach the admin service at {admin.address}: {details}", file=sys.stderr)
             return _EXIT_UNREACHABLE
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            details += " (give --token or $QUOTAPLANE_TOKEN, or --tls-cert / --tls-key)"
         print(f"Error: {details}", file=sys.stderr)
         return _EXIT_REFUSED
     finally:
@@ -620,7 +650,27 @@ def _add_up_command(commands: argparse._SubParsersAction) -> None:
         default=str(DEFAULT_METRICS_PORT),
         help=f"Prometheus metrics endpoint port (default {DEFAULT_METRICS_PORT}; 0: a free one; -1: none)",
     )
-    up.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+    up.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; beyond loopback, configure "
+        "operator credentials)",
+    )
+    up.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: TLS on the gRPC listeners")
+    up.add_argument("--tls-key", metavar="PEM", help="the server certificate's private key (unencrypted)")
+    up.add_argument(
+        "--tls-client-ca", metavar="PEM", help="mutual TLS: clients must present a certificate signed by this CA"
+    )
+    up.add_argument(
+        "--operator-tokens-file",
+        metavar="FILE",
+        help="operator bearer tokens, one a line: every AdminService call must carry one (or an operator subject)",
+    )
+    up.add_argument(
+        "--operator-subjects",
+        metavar="CN,...",
+        help="client-certificate common names that are operators (needs --tls-client-ca)",
+    )
 
 
 def _int_option(name: str, text: str) -> int:
@@ -632,16 +682,42 @@ def _int_option(name: str, text: str) -> int:
         raise LaunchError(f"{name} must be an integer, got {text!r}") from None
 
 
+def _server_security(args: argparse.Namespace) -> ServerSecurity | None:
+    """The listeners' security from ``up``'s flags (None: none given); a bad file is a ValueError."""
+    from quotaplane.services._security import ServerSecurity
+
+    subjects = [s for s in (args.operator_subjects or "").split(",") if s.strip()]
+    given = (args.tls_cert, args.tls_key, args.tls_client_ca, args.operator_tokens_file)
+    if all(value is None for value in given) and not subjects:
+        return None
+    return ServerSecurity.load(
+        cert_file=args.tls_cert,
+        key_file=args.tls_key,
+        client_ca_file=args.tls_client_ca,
+        tokens_file=args.operator_tokens_file,
+        operator_subjects=subjects,
+    )
+
+
 def _run_up(args: argparse.Namespace) -> int:
     """Start, print the endpoints and ``ready``, run until SIGINT / SIGTERM, stop. Errors: one line."""
     import signal
     import threading
 
+    from quotaplane.services._security import exposure_warning
     from quotaplane.services.launcher import LaunchError, launch
 
     def say(line: str) -> None:
         print(f"quotaplane up: {line}", flush=True)
 
+    try:
+        security = _server_security(args)
+    except ValueError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    warning = exposure_warning(args.host, security)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     try:
         cluster = launch(
             args.data_dir,
@@ -651,6 +727,7 @@ def _run_up(args: argparse.Namespace) -> int:
             metrics_port=None if (metrics := _int_option("--metrics-port", args.metrics_port)) == -1 else metrics,
             host=args.host,
             say=say,
+            security=security,
         )
     except LaunchError as e:
         print(f"Error: {e}", file=sys.stderr)
@@ -667,6 +744,8 @@ def _run_up(args: argparse.Namespace) -> int:
         if cluster.metrics_url is not None:
             say(f"metrics on {cluster.metrics_url}")
         say(f"Ray session in {cluster.ray_temp_dir}")
+        if security is not None:
+            say(f"security: {security.describe()}")
         shown = cluster.status()
         say(shown.line())
         print("ready", flush=True)

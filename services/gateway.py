@@ -65,6 +65,8 @@ from quotaplane.config import (
 )
 from quotaplane.quota import build_quota_managers, sanitize
 
+from ._security import ServerSecurity, bind_port
+
 __all__ = [
     "DEFAULT_GATEWAY_PORT",
     "PRODUCER_ID_SERVICE_NAME",
@@ -937,6 +939,7 @@ def serve_gateway(
     config: GatewayConfig | None = None,
     max_workers: int = 32,
     clock: Callable[[], int] = wall_clock_ms,
+    security: ServerSecurity | None = None,
 ) -> tuple[_Server, int, Gateway]:
     """Start a gateway (config replica loaded before it listens) with QuotaService, ProducerIdService,
     health and reflection; return the server (``stop(grace)``), its port and the gateway.
@@ -973,12 +976,9 @@ def serve_gateway(
     set_health(True)
     gateway.on_config_health = set_health
     try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as e:
+        port = bind_port(server, address, security)  # TLS / mutual TLS when configured; no operator check here
+    except OSError:
         gateway.close()
-        raise OSError(f"cannot listen on {address}: {e}") from None
-    if port == 0:
-        gateway.close()
-        raise OSError(f"cannot listen on {address}")
+        raise
     server.start()
     return _Server(server, gateway), port, gateway

@@ -28,6 +28,11 @@ Why the details are as they are:
 - **The usage gateway** (``services/gateway.py``: QuotaService, ProducerIdService) runs in this process,
   as a Ray driver, on ``gateway_port`` (default 9094; ``None``: no gateway). Its port is checked with the
   admin port before Ray starts, and ``launch`` returns only once its health check says SERVING too.
+- **Security** (``services/_security.py``): ``security`` puts TLS or mutual TLS on both gRPC listeners and
+  operator authorization on the AdminService; the metrics endpoint stays plain HTTP (Prometheus scrapes
+  it, and it changes nothing). This process holds no client certificate, so with TLS the readiness check
+  is a TLS handshake with each listener instead of a gRPC health call (both servers set SERVING before
+  they listen, so an answering listener is a serving one).
 """
 
 from __future__ import annotations
@@ -46,7 +51,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._security import ServerSecurity
 
 __all__ = [
     "DEFAULT_ADMIN_PORT",
@@ -174,6 +182,7 @@ class Cluster:
     gateway: Any = None
     metrics_port: int | None = None
     metrics: Any = None
+    security: ServerSecurity | None = None
     _lock_fd: int | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
     _ray_started: bool = False
@@ -292,8 +301,17 @@ def _forget_ray_auth_token() -> None:
         log.debug("cannot reset Ray's auth token cache: %s", e)
 
 
-def _check_health(address: str, timeout_s: float, service: str | None = None, what: str = "admin service") -> None:
-    """A gRPC health check (default: the AdminService's), as a client sees it."""
+def _check_health(
+    address: str, timeout_s: float, service: str | None = None, what: str = "admin service", *, tls: bool = False
+) -> None:
+    """A gRPC health check (default: the AdminService's), as a client sees it; for a TLS listener, a TLS
+    handshake (see the module docstring: this process cannot be the listener's client)."""
+    if tls:
+        from ._security import check_tls_answers
+
+        host, _, port = address.rpartition(":")
+        check_tls_answers(host, int(port), timeout_s)
+        return
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -319,12 +337,14 @@ def launch(
     fsync: bool = True,
     ready_timeout_s: float = 60.0,
     say: Callable[[str], None] | None = None,
+    security: ServerSecurity | None = None,
 ) -> Cluster:
     """Start everything and return once it answers; :class:`LaunchError` (one line) if it cannot.
 
     ``admin_port=0`` picks a free port (``Cluster.admin_port`` tells which); so does ``gateway_port=0``
     (``Cluster.gateway_port``); ``gateway_port=None`` starts no gateway. ``say`` receives the start-up
-    notes meant for the operator (e.g. that Ray's session went to a fallback directory).
+    notes meant for the operator (e.g. that Ray's session went to a fallback directory). ``security``
+    (None: plaintext, AdminService open) is passed to the AdminService and the gateway.
     """
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise LaunchError(f"--shards must be a positive integer, got {shards!r}")
@@ -373,6 +393,7 @@ def launch(
         fallback,
         gateway_port=gateway_port,
         metrics_port=metrics_port,
+        security=security,
         _lock_fd=lock_fd,
     )
     try:
@@ -432,12 +453,12 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
 
     try:
         cluster.server, cluster.admin_port = serve(
-            ControllerBackend(cluster.controller), _address(cluster.host, cluster.admin_port)
+            ControllerBackend(cluster.controller), _address(cluster.host, cluster.admin_port), security=cluster.security
         )
     except OSError as e:
         raise LaunchError(f"{_first_line(e)} for the admin service") from None
     try:
-        _check_health(cluster.admin_address, remaining())
+        _check_health(cluster.admin_address, remaining(), tls=cluster.security is not None and cluster.security.tls)
     except LaunchError:
         raise
     except Exception as e:
@@ -462,7 +483,7 @@ def _start_gateway(cluster: Cluster, timeout_s: float) -> None:
     assert cluster.gateway_port is not None
     try:
         cluster.gateway_server, cluster.gateway_port, cluster.gateway = serve_gateway(
-            cluster.controller, cluster.shards, _address(cluster.host, cluster.gateway_port)
+            cluster.controller, cluster.shards, _address(cluster.host, cluster.gateway_port), security=cluster.security
         )
     except OSError as e:
         raise LaunchError(f"{_first_line(e)} for the usage gateway") from None
@@ -471,7 +492,13 @@ def _start_gateway(cluster: Cluster, timeout_s: float) -> None:
     address = cluster.gateway_address
     assert address is not None
     try:
-        _check_health(address, timeout_s, QUOTA_SERVICE_NAME, "usage gateway")
+        _check_health(
+            address,
+            timeout_s,
+            QUOTA_SERVICE_NAME,
+            "usage gateway",
+            tls=cluster.security is not None and cluster.security.tls,
+        )
     except LaunchError:
         raise
     except Exception as e:

@@ -1,0 +1,417 @@
+"""Transport security and operator authorization for quotaplane's gRPC listeners.
+
+Two concerns, kept apart because the two kinds of caller need different things:
+
+- **Transport** (every listener: the AdminService, the usage gateway). With a certificate chain and key the
+  listener speaks TLS only; with a client CA as well it is mutual TLS: a client must present a certificate
+  signed by that CA, or the handshake fails before any RPC runs. Brokers streaming usage to the gateway get
+  the same protection but need no further credential: their path must not depend on an operator's secret.
+- **Operator authorization** (the AdminService only). Once operator credentials are configured, every
+  AdminService RPC needs one: a bearer token from the tokens file (``authorization: Bearer <token>``), or,
+  under mutual TLS, a client certificate whose subject common name is in the operator list. No credential
+  is UNAUTHENTICATED, a credential not in the list PERMISSION_DENIED; the RPC body never runs, so nothing
+  changes. Health checking and reflection stay open (load balancers and ``grpcurl`` need them, and they
+  reveal nothing an operator's service map does not). With no operator credential configured every RPC is
+  open, as before this module existed: ``quotaplane up`` then listens on loopback and warns otherwise.
+
+Tokens are kept only as SHA-256 digests (a heap dump or a repr does not leak them) and a presented token is
+compared with every digest by :func:`hmac.compare_digest` without stopping at a match, so timing does not
+tell which prefix or which entry was close. Files are read and checked once, when the configuration is
+built: a missing, unreadable or non-PEM file is a one-line ``ValueError`` naming the file, at start-up,
+instead of a handshake failure on the first connection (gRPC itself only parses the PEM when a client
+connects). The PEM checks use the standard library's ``ssl`` module, so they also catch a key that does not
+belong to its certificate and a passphrase-protected key (gRPC cannot use one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import socket
+import ssl
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+__all__ = [
+    "AUTHORIZATION_METADATA",
+    "ClientSecurity",
+    "ServerSecurity",
+    "bind_port",
+    "check_tls_answers",
+    "exposure_warning",
+    "is_loopback",
+]
+
+#: The call metadata carrying an operator's bearer token (gRPC lower-cases metadata keys).
+AUTHORIZATION_METADATA = "authorization"
+_BEARER = "bearer "
+_CERTIFICATE_MARKER = b"-----BEGIN CERTIFICATE-----"
+
+_File = str | PathLike[str]
+
+
+# --- reading and checking files ---------------------------------------------------------------------------
+def _read(path: _File, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read the {what} {path}: {e.strerror or e}") from None
+
+
+def _read_certificates(path: _File, what: str) -> bytes:
+    """A PEM file of one or more certificates, checked by loading it as OpenSSL would."""
+    data = _read(path, what)
+    if _CERTIFICATE_MARKER not in data:
+        raise ValueError(f"the {what} {path} is not a PEM certificate file (no '-----BEGIN CERTIFICATE-----')")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=data.decode("ascii", errors="replace"))
+    except (ssl.SSLError, ValueError) as e:
+        raise ValueError(f"the {what} {path} holds no valid PEM certificate: {_ssl_reason(e)}") from None
+    return data
+
+
+def _refuse_passphrase() -> str:
+    raise ValueError("passphrase-protected")
+
+
+def _read_key_pair(cert_path: _File, key_path: _File) -> tuple[bytes, bytes]:
+    """The server's certificate chain and private key, checked to be PEM and to belong together."""
+    chain = _read_certificates(cert_path, "TLS certificate")
+    key = _read(key_path, "TLS private key")
+    if b"PRIVATE KEY-----" not in key:
+        raise ValueError(f"the TLS private key {key_path} is not a PEM private key (no '-----BEGIN ... PRIVATE KEY')")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert_path, key_path, password=_refuse_passphrase)
+    except ValueError:
+        raise ValueError(f"the TLS private key {key_path} is passphrase-protected; gRPC needs it unencrypted") from None
+    except ssl.SSLError as e:
+        if "KEY_VALUES_MISMATCH" in (e.reason or "") or "key values mismatch" in str(e):
+            raise ValueError(f"the TLS private key {key_path} does not match the certificate {cert_path}") from None
+        raise ValueError(f"the TLS private key {key_path} cannot be used: {_ssl_reason(e)}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read the TLS private key {key_path}: {e.strerror or e}") from None
+    return chain, key
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    text = reason if isinstance(reason, str) and reason else str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _read_tokens(path: _File) -> frozenset[bytes]:
+    """One token a line; blank lines and ``#`` comments are skipped. Only the digests are kept."""
+    data = _read(path, "operator tokens file")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"the operator tokens file {path} is not UTF-8 text") from None
+    tokens = [line.strip() for line in text.splitlines()]
+    tokens = [t for t in tokens if t and not t.startswith("#")]
+    if not tokens:
+        raise ValueError(f"the operator tokens file {path} holds no token (one a line)")
+    for token in tokens:
+        if any(c.isspace() for c in token) or not token.isprintable() or not token.isascii():
+            raise ValueError(f"the operator tokens file {path} has a token with spaces or non-ASCII characters")
+    return frozenset(_digest(t) for t in tokens)
+
+
+# --- the server side --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServerSecurity:
+    """A listener's TLS material and the AdminService's operator credentials, read and checked.
+
+    Build it with :meth:`load` (from files). ``cert_chain`` / ``private_key`` set: TLS; ``client_ca`` set
+    as well: mutual TLS. ``token_digests`` (SHA-256 of each operator token) and ``operator_subjects``
+    (client-certificate common names) are the operator credentials; both empty: operator RPCs are open.
+    """
+
+    cert_chain: bytes | None = field(default=None, repr=False)
+    private_key: bytes | None = field(default=None, repr=False)
+    client_ca: bytes | None = field(default=None, repr=False)
+    token_digests: frozenset[bytes] = field(default=frozenset(), repr=False)
+    operator_subjects: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if (self.cert_chain is None) != (self.private_key is None):
+            raise ValueError("a TLS certificate needs its private key, and a key its certificate")
+        if self.client_ca is not None and self.cert_chain is None:
+            raise ValueError("mutual TLS (a client CA) needs the server's TLS certificate and key")
+        if self.operator_subjects and self.client_ca is None:
+            raise ValueError("operator subjects are client-certificate names: they need mutual TLS (a client CA)")
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        cert_file: _File | None = None,
+        key_file: _File | None = None,
+        client_ca_file: _File | None = None,
+        tokens_file: _File | None = None,
+        operator_subjects: Iterable[str] = (),
+    ) -> ServerSecurity:
+        """Read and check the files; a problem is a one-line ``ValueError`` naming the file."""
+        if (cert_file is None) != (key_file is None):
+            raise ValueError("a TLS certificate needs its private key, and a key its certificate")
+        chain = key = None
+        if cert_file is not None and key_file is not None:
+            chain, key = _read_key_pair(cert_file, key_file)
+        client_ca = None if client_ca_file is None else _read_certificates(client_ca_file, "client CA file")
+        digests = frozenset() if tokens_file is None else _read_tokens(tokens_file)
+        subjects = frozenset(s.strip() for s in operator_subjects if s.strip())
+        return cls(chain, key, client_ca, digests, subjects)
+
+    @property
+    def tls(self) -> bool:
+        return self.cert_chain is not None
+
+    @property
+    def mutual_tls(self) -> bool:
+        return self.client_ca is not None
+
+    @property
+    def operator_auth(self) -> bool:
+        """Whether AdminService RPCs need an operator credential."""
+        return bool(self.token_digests or self.operator_subjects)
+
+    def describe(self) -> str:
+        """One line for the operator's console (no secrets: counts and names only)."""
+        transport = "mutual TLS" if self.mutual_tls else "TLS" if self.tls else "no TLS"
+        auth = []
+        if self.token_digests:
+            auth.append(f"{len(self.token_digests)} operator token(s)")
+        if self.operator_subjects:
+            auth.append(f"operator subjects {', '.join(sorted(self.operator_subjects))}")
+        return f"{transport}; {' and '.join(auth) if auth else 'no operator authentication'}"
+
+    def credentials(self) -> grpc.ServerCredentials:
+        assert self.cert_chain is not None and self.private_key is not None
+        return grpc.ssl_server_credentials(
+            [(self.private_key, self.cert_chain)],
+            root_certificates=self.client_ca,
+            require_client_auth=self.client_ca is not None,
+        )
+
+    def check_operator(
+        self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Sequence[bytes]]
+    ) -> tuple[grpc.StatusCode, str] | None:
+        """None when the caller holds an operator credential, else the status and one-line message.
+
+        Any valid credential admits (a good token with a stranger's certificate is still an operator). A
+        token or a certificate (when subjects are configured) that matches nothing is PERMISSION_DENIED;
+        nothing presented at all is UNAUTHENTICATED.
+        """
+        if not self.operator_auth:
+            return None
+        presented = []
+        for key, value in metadata:
+            if key != AUTHORIZATION_METADATA:
+                continue
+            text = value.decode(errors="replace") if isinstance(value, bytes) else value
+            if text[: len(_BEARER)].lower() != _BEARER or not text[len(_BEARER) :].strip():
+                return grpc.StatusCode.UNAUTHENTICATED, "malformed authorization metadata: expected 'Bearer <token>'"
+            presented.append(text[len(_BEARER) :].strip())
+        if presented and self.token_digests:
+            for token in presented:
+                digest = _digest(token)
+                # every digest is compared, so the time taken does not depend on which one matches
+                if sum(hmac.compare_digest(digest, known) for known in self.token_digests):
+                    return None
+        names = [n.decode(errors="replace") for n in auth_context.get("x509_common_name", ())]
+        if self.operator_subjects and any(name in self.operator_subjects for name in names):
+            return None
+        if presented:
+            return grpc.StatusCode.PERMISSION_DENIED, "the bearer token is not an operator token"
+        if names and self.operator_subjects:
+            return grpc.StatusCode.PERMISSION_DENIED, f"client certificate CN={names[0]!r} is not an operator"
+        return (
+            grpc.StatusCode.UNAUTHENTICATED,
+            "an operator credential is required: a bearer token"
+            + (" or an operator's client certificate" if self.operator_subjects else ""),
+        )
+
+    def operator_interceptor(self, *services: str) -> grpc.ServerInterceptor:
+        """A server interceptor requiring an operator credential on every method of ``services`` (full
+        names); other services (health, reflection) pass untouched."""
+        return _OperatorInterceptor(self, tuple(f"/{s}/" for s in services))
+
+
+def _guard(behavior: Callable[..., Any], security: ServerSecurity) -> Callable[..., Any]:
+    def guarded(request_or_iterator: Any, context: grpc.ServicerContext) -> Any:
+        refused = security.check_operator(context.invocation_metadata() or (), context.auth_context() or {})
+        if refused is not None:
+            context.abort(*refused)
+        return behavior(request_or_iterator, context)
+
+    return guarded
+
+
+class _OperatorInterceptor(grpc.ServerInterceptor):
+    """Checks the credential inside the handler, where the ServicerContext (and so the TLS peer's
+    certificate, ``auth_context``) is available; ``handler_call_details`` alone has only the metadata."""
+
+    def __init__(self, security: ServerSecurity, prefixes: tuple[str, ...]) -> None:
+        self._security = security
+        self._prefixes = prefixes
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        if handler is None or not handler_call_details.method.startswith(self._prefixes):  # type: ignore[attr-defined]
+            return handler
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(_guard(handler.unary_unary, self._security), **codecs)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(_guard(handler.unary_stream, self._security), **codecs)
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(_guard(handler.stream_unary, self._security), **codecs)
+        return grpc.stream_stream_rpc_method_handler(_guard(handler.stream_stream, self._security), **codecs)
+
+
+def bind_port(server: grpc.Server, address: str, security: ServerSecurity | None) -> int:
+    """Bind ``address`` on ``server``: TLS when ``security`` has a certificate, else plaintext. Returns the
+    port; an address that cannot be bound is an ``OSError`` naming it (gRPC raises RuntimeError or
+    returns 0)."""
+    try:
+        if security is not None and security.tls:
+            port = server.add_secure_port(address, security.credentials())
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError as e:
+        raise OSError(f"cannot listen on {address}: {e}") from None
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return port
+
+
+def check_tls_answers(host: str, port: int, timeout_s: float) -> None:
+    """Raise unless a TLS server answers on ``host:port``: a readiness probe for a TLS listener.
+
+    The process that started the listener holds no certificate a client would (it may trust no CA the
+    server's certificate chains to, and under mutual TLS it has no client certificate), so it cannot make a
+    gRPC call to it. It proves instead that the listener completes TLS: a finished handshake, or an alert
+    sent by the server (mutual TLS refusing a client without a certificate) both mean it is up and
+    speaking TLS; a refused connection, a timeout or a plaintext answer raise ``OSError``. The server's
+    identity is not checked: it is this process's own listener.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    with socket.create_connection((host.strip("[]"), port), timeout=timeout_s) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname=None) as tls:
+                tls.do_handshake()
+        except ssl.SSLError as e:
+            if "ALERT" not in (e.reason or "").upper():
+                raise OSError(f"no TLS server answers on {host}:{port}: {_ssl_reason(e)}") from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` is reachable from this machine only (every address it names is
+    loopback). ``0.0.0.0``, ``::`` and names resolving to anything else are not."""
+    host = host.strip().strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def exposure_warning(host: str, security: ServerSecurity | None) -> str | None:
+    """The one-line warning ``quotaplane up`` prints before listening on ``host``, or None.
+
+    Listening beyond loopback with no operator credential lets anyone who reaches the admin port change
+    quotas; bearer tokens without TLS beyond loopback travel in clear text. Both are allowed (a trusted
+    network, an authenticating proxy in front) but said, once, at start-up.
+    """
+    if is_loopback(host):
+        return None
+    if security is None or not security.operator_auth:
+        return (
+            f"Warning: listening on {host} (not loopback) with no operator authentication: anyone who can "
+            "reach the admin port can change quotas (see --operator-tokens-file, --operator-subjects)"
+        )
+    if security.token_digests and not security.tls:
+        return (
+            f"Warning: listening on {host} (not loopback) without TLS: operator tokens travel in clear text "
+            "(see --tls-cert, --tls-key)"
+        )
+    return None
+
+
+# --- the client side --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How a client (the CLI) reaches a listener: the CA to trust, its own certificate for mutual TLS, and
+    an operator token. Build it with :meth:`load`.
+
+    TLS is used when a CA or a client certificate is given (with no CA, gRPC's default roots are trusted);
+    otherwise the channel is plaintext. The token rides as ``authorization: Bearer <token>`` call metadata.
+    """
+
+    root_certificates: bytes | None = field(default=None, repr=False)
+    cert_chain: bytes | None = field(default=None, repr=False)
+    private_key: bytes | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        ca_file: _File | None = None,
+        cert_file: _File | None = None,
+        key_file: _File | None = None,
+        token: str | None = None,
+    ) -> ClientSecurity:
+        """Read and check the files; a problem is a one-line ``ValueError`` naming the file."""
+        if (cert_file is None) != (key_file is None):
+            raise ValueError(
+                "a client certificate (--tls-cert) needs its private key (--tls-key), and a key its certificate"
+            )
+        roots = None if ca_file is None else _read_certificates(ca_file, "CA file")
+        chain = key = None
+        if cert_file is not None and key_file is not None:
+            chain, key = _read_key_pair(cert_file, key_file)
+        token = token.strip() if token else None
+        if token and (any(c.isspace() for c in token) or not token.isascii() or not token.isprintable()):
+            raise ValueError("the operator token has spaces or non-ASCII characters")
+        return cls(roots, chain, key, token or None)
+
+    @property
+    def tls(self) -> bool:
+        return self.root_certificates is not None or self.cert_chain is not None
+
+    def channel(self, address: str) -> grpc.Channel:
+        if not self.tls:
+            return grpc.insecure_channel(address)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=self.root_certificates, private_key=self.private_key, certificate_chain=self.cert_chain
+        )
+        return grpc.secure_channel(address, credentials)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((AUTHORIZATION_METADATA, f"Bearer {self.token}"),) if self.token else ()
