@@ -51,6 +51,7 @@ from quotaplane.quota import (
 
 from ._follower import ConfigFollower, ray_get
 from ._replication_host import ReplicationHost
+from ._telemetry_host import TelemetryHost
 from .controller import wall_clock_ms
 
 __all__ = ["FENCED_KINDS", "HOUSEKEEPING_INTERVAL_MS", "SERVE_KINDS", "ShardActor", "start_shard"]
@@ -60,7 +61,7 @@ T = TypeVar("T")
 
 #: What ``serve_at`` serves. The first four resolve Kafka metric tags (the sensor an item shares depends
 #: on every configured quota entity), so gateway and shard must read the same image: they are fenced.
-SERVE_KINDS = ("usage", "unrecord", "request", "mutation", "producer_ids", "replication")
+SERVE_KINDS = ("usage", "unrecord", "request", "mutation", "producer_ids", "replication", "telemetry")
 FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation"})
 #: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
 #: on the first call past each interval of its callers' clock.
@@ -137,8 +138,20 @@ class ShardActor:
         self.connections = ConnectionQuotas(
             ConnectionQuotasConfig.from_configs(startup.connection_configs), now_ms=now_ms, metrics=metrics
         )
+        self.telemetry = TelemetryHost(
+            shard_id=self.shard_id,
+            node_id=self.node_id,
+            data_dir=self.data_dir,
+            metrics=metrics,
+            startup=startup,
+            now_ms=now_ms,
+        )
         self.binding = ManagerBinding(
-            quotas=self.quotas, connections=self.connections, producer_ids=self.producer_ids, node_id=self.node_id
+            quotas=self.quotas,
+            connections=self.connections,
+            producer_ids=self.producer_ids,
+            telemetry=self.telemetry.manager,
+            node_id=self.node_id,
         )
         self.binding.load(self.image)
         self.replication = ReplicationHost(lambda: self.image)
@@ -150,6 +163,7 @@ class ShardActor:
             "mutation": self._serve_mutation,
             "producer_ids": self._serve_producer_ids,
             "replication": self.replication.serve,
+            "telemetry": self.telemetry.serve,
         }
         #: the latest now_ms callers have given: the shard's clock for housekeeping (the core reads none)
         self.latest_ms = now_ms
@@ -363,7 +377,14 @@ class ShardActor:
         self._next_housekeeping_ms = now_ms + HOUSEKEEPING_INTERVAL_MS
         expired = len(self.quotas.expire_sensors(now_ms))
         self.expired_sensors += expired
-        return {"expired_sensors": expired}
+        return {"expired_sensors": expired, "expired_client_instances": self.telemetry.expire(now_ms)}
+
+    def close(self) -> None:
+        """Drain the telemetry archive (every accepted push reaches disk) before the actor goes away."""
+        self.telemetry.close()
+
+    def __ray_shutdown__(self) -> None:  # Ray calls it when the actor is terminated gracefully
+        self.close()
 
     # --- introspection ---------------------------------------------------------------------------------
     def metrics_snapshot(self, now_ms: int | None = None) -> list[tuple[str, str, str, dict[str, str], float]]:

@@ -89,6 +89,8 @@ log = logging.getLogger(__name__)
 DEFAULT_GATEWAY_PORT = 9094
 QUOTA_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QuotaService"].full_name
 PRODUCER_ID_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ProducerIdService"].full_name
+#: Largest request message the gateway accepts (gRPC's default is 4 MiB: four 1 MiB telemetry pushes).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: Trailing metadata of RESOURCE_EXHAUSTED: milliseconds to wait before sending again.
 RETRY_AFTER_TRAILER = "retry-after-ms"
 
@@ -951,22 +953,27 @@ def serve_gateway(
     gateway = Gateway(controller, shards, config=config, clock=clock)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gateway-grpc"),
-        options=[("grpc.so_reuseport", 0)],
+        # a PushTelemetry batch carries several pushes of up to telemetry.max.bytes (1 MiB) each
+        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
     )
     quota_pb2_grpc.add_QuotaServiceServicer_to_server(QuotaServicer(gateway), server)
     quota_pb2_grpc.add_ProducerIdServiceServicer_to_server(ProducerIdServicer(gateway), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    from .telemetry_service import add_telemetry_service  # it imports this module
+
+    extra = add_telemetry_service(server, gateway)
     reflection.enable_server_reflection(
         (
             QUOTA_SERVICE_NAME,
             PRODUCER_ID_SERVICE_NAME,
+            *extra,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ),
         server,
     )
-    served = ("", QUOTA_SERVICE_NAME, PRODUCER_ID_SERVICE_NAME)
+    served = ("", QUOTA_SERVICE_NAME, PRODUCER_ID_SERVICE_NAME, *extra)
 
     def set_health(serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
