@@ -1,10 +1,13 @@
 """ShardActor: the Ray actor hosting the core quota managers for one slice of the entities.
 
 A shard keeps a full :class:`~quotaplane.config.ConfigImage` (config is small; usage is what is
-sharded) and the managers built from it: the client quota managers (``build_quota_managers``), the
-KIP-936 ``ProducerIdQuotaManager`` and ``ConnectionQuotas``, all sharing one metrics registry, and a
-``ManagerBinding`` that applies every config change to them in place, so a quota change never resets
-the usage already recorded.
+sharded) and the managers built from it, all in one metrics registry: the client quota managers
+(``build_quota_managers``: produce, fetch, request, controller mutation), the KIP-936
+``ProducerIdQuotaManager`` and the KIP-714 ``ClientMetricsManager`` (``TelemetryHost``, with the
+shard's telemetry archive), bound by a ``ManagerBinding`` that applies every config change to them in
+place, so a quota change never resets the usage already recorded. Per-broker state (Kafka's
+``ConnectionQuotas`` and replication throttles) is kept per node id it is asked about
+(``ConnectionHost``, ``ReplicationHost``), each node bound to the log the same way.
 
 **Config stream.** At start the shard pulls the whole log from the controller (``read_from``; a
 ``snapshot()`` when the log no longer starts at 0), builds its managers from the image it reached
@@ -13,9 +16,10 @@ subscribes. Pushed batches are applied strictly in offset order: what it already
 (a lost push) makes it pull the missing events from the controller first. Every event goes through
 ``image.apply`` and ``binding.apply``.
 
-**Hot path.** Batches only: ``record_batch(quota_type, items, now_ms)`` and
-``record_producer_ids(items, now_ms)`` call the core's batch methods, which validate every item before
-recording any, so a bad batch raises (through Ray, as the core's ValueError) and changes nothing.
+**Hot path.** Batches only, through one entry point: ``serve_at(kind, config_offset, items)`` (see
+``SERVE_KINDS``; the gateway's micro-batches). Every item of a batch is validated before any is served,
+so a bad batch raises (through Ray, as the core's ValueError) and changes nothing. Housekeeping (sensor
+expiry, idle client instances, abandoned connection attempts) runs every 30 s of the callers' clock.
 
 **Restarts.** ``max_restarts=-1``: after a crash Ray starts the actor again with the same arguments and
 it rebuilds from the log. **Usage is lost on a crash**: sensors live in the process only, so a restarted
@@ -39,8 +43,6 @@ from ray.exceptions import RayActorError
 
 from quotaplane.config import ConfigImage, ManagerBinding, decode_columns, startup_configs
 from quotaplane.quota import (
-    ConnectionQuotas,
-    ConnectionQuotasConfig,
     ProducerIdItem,
     ProducerIdQuotaManager,
     QuotaType,
@@ -49,6 +51,7 @@ from quotaplane.quota import (
     build_quota_managers,
 )
 
+from ._connection_host import ConnectionHost
 from ._follower import ConfigFollower, ray_get
 from ._replication_host import ReplicationHost
 from ._telemetry_host import TelemetryHost
@@ -61,7 +64,7 @@ T = TypeVar("T")
 
 #: What ``serve_at`` serves. The first four resolve Kafka metric tags (the sensor an item shares depends
 #: on every configured quota entity), so gateway and shard must read the same image: they are fenced.
-SERVE_KINDS = ("usage", "unrecord", "request", "mutation", "producer_ids", "replication", "telemetry")
+SERVE_KINDS = ("usage", "unrecord", "request", "mutation", "producer_ids", "replication", "telemetry", "connection")
 FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation"})
 #: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
 #: on the first call past each interval of its callers' clock.
@@ -135,9 +138,6 @@ class ShardActor:
         self.quotas = build_quota_managers(startup.quota, now_ms=now_ms)
         metrics = self.quotas.metrics
         self.producer_ids = ProducerIdQuotaManager(startup.producer_ids, metrics=metrics)
-        self.connections = ConnectionQuotas(
-            ConnectionQuotasConfig.from_configs(startup.connection_configs), now_ms=now_ms, metrics=metrics
-        )
         self.telemetry = TelemetryHost(
             shard_id=self.shard_id,
             node_id=self.node_id,
@@ -148,14 +148,15 @@ class ShardActor:
         )
         self.binding = ManagerBinding(
             quotas=self.quotas,
-            connections=self.connections,
             producer_ids=self.producer_ids,
             telemetry=self.telemetry.manager,
             node_id=self.node_id,
         )
         self.binding.load(self.image)
+        # per-node state (Kafka's per-broker limits), each node bound to the log on its first item
         self.replication = ReplicationHost(lambda: self.image)
-        self.follower.binding = _Bindings(self.binding, self.replication)
+        self.connections = ConnectionHost(lambda: self.image)
+        self.follower.binding = _Bindings(self.binding, self.replication, self.connections)
         self._handlers = {
             "usage": self._serve_usage,
             "unrecord": self._serve_unrecord,
@@ -164,6 +165,7 @@ class ShardActor:
             "producer_ids": self._serve_producer_ids,
             "replication": self.replication.serve,
             "telemetry": self.telemetry.serve,
+            "connection": self.connections.serve,
         }
         #: the latest now_ms callers have given: the shard's clock for housekeeping (the core reads none)
         self.latest_ms = now_ms
@@ -377,7 +379,11 @@ class ShardActor:
         self._next_housekeeping_ms = now_ms + HOUSEKEEPING_INTERVAL_MS
         expired = len(self.quotas.expire_sensors(now_ms))
         self.expired_sensors += expired
-        return {"expired_sensors": expired, "expired_client_instances": self.telemetry.expire(now_ms)}
+        return {
+            "expired_sensors": expired,
+            "expired_client_instances": self.telemetry.expire(now_ms),
+            "abandoned_connection_attempts": self.connections.housekeeping(now_ms),
+        }
 
     def close(self) -> None:
         """Drain the telemetry archive (every accepted push reaches disk) before the actor goes away."""
@@ -401,6 +407,7 @@ class ShardActor:
                     (metric_name.name, metric_name.group, metric_name.description, dict(metric_name.tags), value)
                 )
         snapshot.extend(self.replication.metrics_snapshot(now))
+        snapshot.extend(self.connections.metrics_snapshot(now))
         return snapshot
 
     def info(self) -> dict[str, Any]:

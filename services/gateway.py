@@ -960,9 +960,10 @@ def serve_gateway(
     quota_pb2_grpc.add_ProducerIdServiceServicer_to_server(ProducerIdServicer(gateway), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    from .telemetry_service import add_telemetry_service  # it imports this module
+    from .connection_service import add_connection_service  # these import this module
+    from .telemetry_service import add_telemetry_service
 
-    extra = add_telemetry_service(server, gateway)
+    extra = [*add_telemetry_service(server, gateway), *add_connection_service(server, gateway)]
     reflection.enable_server_reflection(
         (
             QUOTA_SERVICE_NAME,
