@@ -1,8 +1,13 @@
-"""The usage gateway: gRPC ``QuotaService`` / ``ProducerIdService`` in front of the shard actors.
+"""The gateway: gRPC ``QuotaService`` / ``ProducerIdService`` (and, registered from their own modules,
+``TelemetryService`` and ``ConnectionService``) in front of the shard actors.
 
 A broker, broker plugin or Kafka proxy streams batches of usage items; the gateway answers Kafka's
 ``throttle_time_ms`` for each, computed by the shard that owns the item's sensor, so an entity has one
-budget across the fleet. The gateway is a Ray driver (it joins the cluster of ``quotaplane up``).
+budget across the fleet. The gateway is a Ray driver (it joins the cluster of ``quotaplane up``). Every
+kind of call (usage, un-record, request time, mutations, replication, producer ids, connections,
+telemetry) goes through the same per-shard queues as a micro-batch for ``ShardActor.serve_at``:
+:meth:`Gateway.submit` for the kinds routed by metric tags, :meth:`Gateway.dispatch` for kinds keyed by
+a user, node id or client instance id.
 
 **Which sensor: Kafka's two-stage resolution, done twice at the same offset.** Kafka decides which clients
 share a sensor from the *metric tags* (``DefaultQuotaCallback.quotaMetricTags``: ``(user, client-id)``,
@@ -11,7 +16,7 @@ of the config (:class:`ConfigReplica`: a ConfigImage plus quota managers bound t
 ``ManagerBinding``, used only for their callbacks) and resolves every item's tags; the shard key is
 ``(quota type, user tag, client-id tag)`` and rendezvous hashing over the shard ids picks its owner. The
 shard resolves the tags again with its own managers (that is where the sensor lives), so both must read
-the same image: every batch carries the gateway's config offset (``ShardActor.record_usage_at``). A shard
+the same image: every batch carries the gateway's config offset (``ShardActor.serve_at``). A shard
 behind catches up first; a shard ahead records nothing and answers its offset: the gateway catches up,
 resolves and routes those items again, and resends them. Sending resolved tags instead would need a
 "record into these tags" entry point in the core; the offset fence keeps the core untouched and makes
