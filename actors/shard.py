@@ -54,7 +54,8 @@ from quotaplane.quota import (
 from ._connection_host import ConnectionHost
 from ._follower import ConfigFollower, ray_get
 from ._replication_host import ReplicationHost
-from ._telemetry_host import TelemetryHost
+from ._telemetry_host import TelemetryHost, archive_writer_id
+from ._throttle_archive import ThrottleArchive
 from .controller import wall_clock_ms
 
 __all__ = ["FENCED_KINDS", "HOUSEKEEPING_INTERVAL_MS", "SERVE_KINDS", "ShardActor", "start_shard"]
@@ -153,6 +154,12 @@ class ShardActor:
             node_id=self.node_id,
         )
         self.binding.load(self.image)
+        #: every non-zero throttle this shard answers, for the Spark throttle report (None: no data dir)
+        self.throttles = (
+            None
+            if self.data_dir is None
+            else ThrottleArchive(self.data_dir, writer_id=archive_writer_id(self.shard_id))
+        )
         # per-node state (Kafka's per-broker limits), each node bound to the log on its first item
         self.replication = ReplicationHost(lambda: self.image)
         self.connections = ConnectionHost(lambda: self.image)
@@ -207,7 +214,12 @@ class ShardActor:
             "applied_offset": self.image.end_offset,
             "incarnation": (os.getpid(), self._started_ms),
             "reconstructed": self._reconstructed,
+            "throttle_archive_dropped": 0 if self.throttles is None else self._throttles_dropped(),
         }
+
+    def _throttles_dropped(self) -> int:
+        stats = self.throttles.stats() if self.throttles is not None else {}
+        return int(stats.get("dropped_by_rate", 0)) + int(stats.get("dropped", 0))
 
     # --- the hot path ----------------------------------------------------------------------------------
     def record_batch(self, quota_type: str | QuotaType, items: Sequence[UsageItem], now_ms: int) -> list[int]:
@@ -226,8 +238,14 @@ class ShardActor:
         throttles = manager.record_batch(items, now_ms)
         for item, throttle_ms in zip(items, throttles, strict=True):
             if throttle_ms > 0:
-                manager.throttle(item[0], item[1], throttle_ms, item[3] if len(item) > 3 else now_ms)
+                at = item[3] if len(item) > 3 else now_ms
+                manager.throttle(item[0], item[1], throttle_ms, at)
+                self._archive_throttle(at, quota_type, item[0], item[1], throttle_ms)
         return throttles
+
+    def _archive_throttle(self, now_ms: int, quota_type: QuotaType | str, user: str, client_id: str, ms: int) -> None:
+        if self.throttles is not None:
+            self.throttles.record(now_ms, str(quota_type), user, client_id, ms)
 
     def record_producer_ids(self, items: Sequence[ProducerIdItem], now_ms: int) -> list[int]:
         """KIP-936: ``(user, producer_id[, now_ms])`` items; the throttle time of each in ms."""
@@ -324,6 +342,7 @@ class ShardActor:
                 manager.record_network_thread_time(user, client_id, time_nanos=network_nanos, now_ms=now_ms)
             if throttle_ms > 0:
                 manager.throttle(user, client_id, throttle_ms, now_ms)
+                self._archive_throttle(now_ms, QuotaType.REQUEST, user, client_id, throttle_ms)
             throttles.append(throttle_ms)
         return throttles
 
@@ -363,6 +382,7 @@ class ShardActor:
             throttle_ms = quota.throttle_time(now_ms)
             if throttle_ms > 0:
                 manager.throttle(user, client_id, throttle_ms, now_ms)
+                self._archive_throttle(now_ms, QuotaType.CONTROLLER_MUTATION, user, client_id, throttle_ms)
             results.append((throttle_ms, accepted))
         return results
 
@@ -370,7 +390,11 @@ class ShardActor:
         """KIP-936 ``(user, producer_id, now_ms)`` items; the throttle time of each in ms."""
         first = items[0]
         now_ms = first[2] if type(first) is tuple and len(first) == 3 and type(first[2]) is int else 0
-        return self.producer_ids.record_batch(items, now_ms)
+        throttles = self.producer_ids.record_batch(items, now_ms)
+        for item, throttle_ms in zip(items, throttles, strict=True):
+            if throttle_ms > 0:
+                self._archive_throttle(item[2] if len(item) == 3 else now_ms, "ProducerIds", item[0], "", throttle_ms)
+        return throttles
 
     def housekeeping(self, now_ms: int) -> dict[str, int]:
         """What Kafka's background tasks do, at the callers' clock ``now_ms``: expire sensors inactive past
@@ -386,8 +410,18 @@ class ShardActor:
         }
 
     def close(self) -> None:
-        """Drain the telemetry archive (every accepted push reaches disk) before the actor goes away."""
+        """Drain the telemetry and throttle archives (what was accepted reaches disk) before the actor goes
+        away."""
         self.telemetry.close()
+        if self.throttles is not None:
+            self.throttles.close()
+
+    def flush_archives(self, timeout_s: float = 10.0) -> bool:
+        """Make every archived record so far durable (for tests and for a job that reads the archives)."""
+        ok = self.telemetry.flush(timeout_s)
+        if self.throttles is not None:
+            ok = self.throttles.flush(timeout_s) and ok
+        return ok
 
     def __ray_shutdown__(self) -> None:  # Ray calls it when the actor is terminated gracefully
         self.close()
@@ -423,6 +457,7 @@ class ShardActor:
             "restart_required": sorted(self.binding.restart_required),
             "expired_sensors": self.expired_sensors,
             "replication_nodes": self.replication.nodes,
+            "throttle_archive": None if self.throttles is None else self.throttles.stats(),
         }
 
     def client_quotas(self) -> dict[str, dict[str, float]]:

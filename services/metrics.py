@@ -64,6 +64,7 @@ The ``metric`` label of the two counters is bounded by the number of metric name
 ``quotaplane_shard_lag_events{shard}``                end offset - applied offset (>= 0)
 ``quotaplane_shard_up{shard}``                        1 if the shard answered this scrape, else 0
 ``quotaplane_shard_restarts_total{shard}``            restarts seen (each restarted the shard's usage windows)
+``quotaplane_throttle_archive_dropped_total{shard}``  throttle decisions left out of the throttle archive
 ``quotaplane_scrape_shard_errors_total{shard}``       shard calls that failed or timed out
 ``quotaplane_scrape_controller_errors_total``         controller calls that failed or timed out
 ``quotaplane_series_dropped_total{metric}``           series left out by ``max_series_per_metric``
@@ -187,6 +188,8 @@ class QuotaplaneCollector(Collector):
         #: restarts of each shard seen by this endpoint (each lost the usage windows of its entities)
         self.shard_restarts: dict[str, int] = {}
         self._incarnations: dict[str, Any] = {}
+        #: throttle decisions each shard's current incarnation did not archive (rate bound or full queue)
+        self.throttle_archive_dropped: dict[str, int] = {}
 
     def describe(self) -> list[Metric]:
         """Nothing up front: registering must not scrape the cluster (names are known only by scraping)."""
@@ -250,6 +253,7 @@ class QuotaplaneCollector(Collector):
                 self._count_shard_error(name)
                 continue
             self._note_incarnation(name, progress)
+            self.throttle_archive_dropped[name] = int(progress.get("throttle_archive_dropped", 0))
             answers[name] = (snapshot, int(progress["applied_offset"]))
         return end_offset, answers
 
@@ -348,6 +352,12 @@ class QuotaplaneCollector(Collector):
             "Shard restarts seen (Ray restarted the actor; the usage windows of its entities started over)",
             "shard",
             self.shard_restarts,
+        )
+        yield _counter(
+            "quotaplane_throttle_archive_dropped",
+            "Throttle decisions not archived for the throttle report (rate bound or full queue; resets with the shard)",
+            "shard",
+            self.throttle_archive_dropped,
         )
         yield _counter(
             "quotaplane_scrape_shard_errors",

@@ -38,9 +38,10 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..archive import DEFAULT_MAX_SEGMENT_BYTES, ArchiveRecord, ArchiveWriter
 from ._log_limit import LogLimiter
@@ -114,8 +115,10 @@ class TelemetryArchiveExporter:
     """A ``ClientTelemetryExporter`` writing every push to ``<root>/<stream>/`` (see the module docstring).
 
     Give ``root`` (and writer options), or a ready ``writer`` (any ``RecordSink``); the thread starts at
-    once. ``flush()`` waits until everything accepted so far is durable; ``close()`` drains, flushes and
-    stops (idempotent; ``export_metrics`` after it drops and counts).
+    once. ``to_record`` makes the exporter archive other items given to :meth:`submit` (the shards'
+    throttle archive uses it): the same queue, batching, fsync and error handling for any stream.
+    ``flush()`` waits until everything accepted so far is durable; ``close()`` drains, flushes and stops
+    (idempotent; ``export_metrics`` after it drops and counts).
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class TelemetryArchiveExporter:
         writer_id: str | None = None,
         max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES,
         writer: RecordSink | None = None,
+        to_record: Callable[[Any], ArchiveRecord] | None = None,
     ) -> None:
         if (root is None) == (writer is None):
             raise ValueError("give exactly one of root and writer")
@@ -140,6 +144,8 @@ class TelemetryArchiveExporter:
             assert root is not None
             writer = ArchiveWriter(root, stream, writer_id=writer_id, max_segment_bytes=max_segment_bytes)
         self._writer = writer
+        #: what a queued item becomes on disk (default: a (context, payload) push, ``telemetry_record``)
+        self._to_record: Callable[[Any], ArchiveRecord] = to_record or (lambda item: telemetry_record(*item))
         self._capacity = queue_capacity
         self._flush_max_records = flush_max_records
         self._flush_max_s = flush_max_ms / 1000
@@ -148,7 +154,7 @@ class TelemetryArchiveExporter:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # wakes the thread: new push, flush request, close
         self._done = threading.Condition(self._lock)  # wakes flush() callers: progress, error, stop
-        self._queue: deque[tuple[ClientTelemetryContext, ClientTelemetryPayload]] = deque()
+        self._queue: deque[Any] = deque()
         self._accepted = 0  # pushes ever queued
         self._settled = 0  # of those, durable or given up (the first `_settled` in queue order)
         self._flush_target = 0  # flush() wants `_settled >= _flush_target`
@@ -167,13 +173,19 @@ class TelemetryArchiveExporter:
     # --- the request path -----------------------------------------------------------------------------
     def export_metrics(self, context: ClientTelemetryContext, payload: ClientTelemetryPayload) -> None:
         """Queue the push for the archive, or drop and count it if the queue is full. Never blocks on I/O."""
+        self.submit((context, payload))
+
+    def submit(self, item: Any) -> bool:
+        """Queue one item for ``to_record`` and the archive; False (dropped and counted) if the queue is
+        full or the exporter is closing. Never blocks on I/O."""
         with self._lock:
             if self._closing or len(self._queue) >= self._capacity:
                 self._dropped += 1
-                return
-            self._queue.append((context, payload))
+                return False
+            self._queue.append(item)
             self._accepted += 1
             self._work.notify()
+            return True
 
     # --- control --------------------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -308,11 +320,12 @@ class TelemetryArchiveExporter:
                 first_pending_at = None if not writer.pending_records else first_pending_at
                 retry_at = None
 
-    def _append(self, items: list[tuple[ClientTelemetryContext, ClientTelemetryPayload]]) -> None:
+    def _append(self, items: list[Any]) -> None:
         refused: list[Exception] = []
-        for context, payload in items:
+        to_record = self._to_record
+        for item in items:
             try:
-                self._writer.append(telemetry_record(context, payload))
+                self._writer.append(to_record(item))
             except Exception as exc:  # a record the format cannot hold: drop it alone
                 refused.append(exc)
         with self._lock:

@@ -259,3 +259,29 @@ def test_bad_requests_are_invalid_argument_and_the_gateway_keeps_serving(quota, 
     assert message in error.value.details()
     ok = pb.ReplicationItem(node_id=9, type=pb.FOLLOWER_REPLICATION, topic="t", partition=0, now_ms=T0)
     assert len(quota.CheckReplication(pb.ReplicationBatch(items=[ok]), timeout=10).results) == 1
+
+
+def test_every_nonzero_throttle_is_archived_for_the_throttle_report(cluster, admin, quota):
+    import ray
+    from quotaplane.actors._throttle_archive import THROTTLE_STREAM
+
+    from quotaplane.archive import ArchiveReader
+
+    alter_quota(admin, cluster, "archived-user", None, "producer_byte_rate", 500.0)
+    now = T0 + 4_000_000
+    items = [
+        pb.UsageItem(quota_type=pb.PRODUCE, user="archived-user", client_id="app", value=400.0, now_ms=now + i * 10)
+        for i in range(40)
+    ]
+    throttles = list(quota.RecordUsageBatch(pb.UsageBatch(items=items)).throttle_time_ms)
+    assert any(throttles)
+    assert all(ray.get([s.flush_archives.remote() for s in cluster.shards.values()]))
+    records = [
+        r
+        for root in (cluster.data_dir / "shards").iterdir()
+        for r in ArchiveReader().read(root, THROTTLE_STREAM)
+        if r.labels.get("user") == "archived-user"
+    ]
+    got = sorted((r.time_ms, int(r.labels["throttle_time_ms"])) for r in records)
+    assert got == [(now + i * 10, t) for i, t in enumerate(throttles) if t > 0]
+    assert {(r.labels["quota_type"], r.labels["client_id"]) for r in records} == {("Produce", "app")}
