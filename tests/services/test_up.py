@@ -25,12 +25,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 from quotaplane.services.launcher import ray_temp_dir_for
+from quotaplane.v1 import quota_pb2 as quota_pb
+from quotaplane.v1 import quota_pb2_grpc
+
+from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 
 _SCRIPT = Path(sys.executable).parent / "quotaplane"
 _COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "quotaplane.services.cli"]
 #: the usage gateway and the metrics endpoint on free ports, so tests never depend on 9094 / 9464 being free
+_T0 = 1_700_000_000_000
 _FREE_PORTS = ("--gateway-port", "0", "--metrics-port", "0")
 _READY_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 20.0
@@ -240,6 +246,18 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
         assert fails_with_one_line(refused) == "Error: Quota producer_byte_rate must be greater than 0"
         # both shards applied the change (reported by `up` as the offsets move; no gateway traffic yet)
         up.wait_line(lambda line: line == "quotaplane up: config log end offset 1; shards applied 0=1, 1=1")
+        # the quota set through the CLI is enforced by up's gateway (the address it announced)
+        [gateway] = [line.split("gateway gRPC on ", 1)[1] for line in up.lines if "gateway gRPC on " in line]
+        with grpc.insecure_channel(gateway) as channel:
+            stub = quota_pb2_grpc.QuotaServiceStub(channel)
+            item = quota_pb.UsageItem(quota_type=quota_pb.PRODUCE, user="alice", value=8 * 1048576.0, now_ms=_T0)
+            answer = stub.RecordUsageBatch(quota_pb.UsageBatch(items=[item, item]), timeout=30)
+        fresh = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+        fresh.update_quota(ClientQuotaEntity(user="alice"), 1048576.0)
+        assert list(answer.throttle_time_ms) == [
+            fresh.record_and_get_throttle_time_ms("alice", "", 8 * 1048576.0, _T0) for _ in range(2)
+        ]
+        assert answer.throttle_time_ms[-1] > 0
         # the metrics endpoint announced at start-up serves the cluster's offsets
         [url] = [line.split("metrics on ", 1)[1] for line in up.lines if "metrics on http" in line]
         with urllib.request.urlopen(url, timeout=10) as response:
