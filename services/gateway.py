@@ -126,6 +126,9 @@ class GatewayConfig:
     max_name_length: int = 1024
     #: Items per actor call to one shard.
     max_shard_batch_items: int = 1000
+    #: Bytes per actor call to one shard (counted for items that declare a size: telemetry pushes), so a
+    #: micro-batch of 1 MiB pushes never makes a 1 GiB call; a single larger request still goes alone.
+    max_shard_batch_bytes: int = 8 * 1024 * 1024
     #: How long a shard's worker waits for more items before sending a partial micro-batch.
     linger_s: float = 0.001
     #: Items queued or in flight at once, gateway-wide (back-pressure beyond).
@@ -275,6 +278,7 @@ class _Pending:
         "reroutes",
         "results",
         "route",
+        "sizes",
     )
 
     def __init__(self, kind: str, items: list[Any], route: _Router) -> None:
@@ -283,6 +287,8 @@ class _Pending:
         #: (items, indices or None for all) -> (config offset, those items' shard keys); called again when a
         #: fenced batch is routed again
         self.route = route
+        #: bytes per item, when they matter for the size of an actor call (None: count items only)
+        self.sizes: list[int] | None = None
         self.results: list[Any] = [None] * len(items)
         self.remaining = len(items)
         self.offset = 0
@@ -322,11 +328,13 @@ _Router = Callable[[list[Any], Sequence[int] | None], tuple[int, list[str]]]
 
 @dataclass(slots=True)
 class _Unit:
-    """Some items of one request, for one shard, resolved at ``offset``."""
+    """Some items of one request, for one shard, resolved at ``offset``; ``size``: their bytes, when the
+    request said (telemetry pushes), else 0."""
 
     pending: _Pending
     indices: list[int]
     offset: int
+    size: int = 0
 
 
 class _ShardWorker(threading.Thread):
@@ -360,8 +368,9 @@ class _ShardWorker(threading.Thread):
             first = self.queue.popleft()
             units = [first]
             count = len(first.indices)
+            size = first.size
             deadline = time.monotonic() + config.linger_s
-            while count < config.max_shard_batch_items:
+            while count < config.max_shard_batch_items and size < config.max_shard_batch_bytes:
                 if not self.queue:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -374,8 +383,11 @@ class _ShardWorker(threading.Thread):
                     break
                 if count + len(head.indices) > config.max_shard_batch_items and count:
                     break
+                if size + head.size > config.max_shard_batch_bytes:
+                    break
                 units.append(self.queue.popleft())
                 count += len(head.indices)
+                size += head.size
             return units
 
     def run(self) -> None:
@@ -695,7 +707,9 @@ class Gateway:
             else:
                 group.append(index)
         for shard, group in groups.items():
-            self.workers[shard].put([_Unit(pending, group, offset)], front=front)
+            sizes = pending.sizes
+            size = sum(sizes[i] for i in group) if sizes is not None else 0
+            self.workers[shard].put([_Unit(pending, group, offset, size)], front=front)
 
     def reroute(self, units: Sequence[_Unit], shard_offset: int) -> None:
         """A shard was at a newer config than these items were routed at: catch up, route them again,
@@ -721,12 +735,18 @@ class Gateway:
         items: list[Any],
         wait_s: float,
         route: _Router | None = None,
+        *,
+        sizes: Sequence[int] | None = None,
     ) -> _Pending:
         """Admit, route and queue a validated batch; the caller waits on ``pending.done``. ``route`` gives
         ``(config offset, shard keys)`` of the items at some indices (None: all); by default each item's
         metric tags, for items that start ``(quota type, user, client_id)``."""
         self.admit(len(items), wait_s)
         pending = _Pending(kind, items, route if route is not None else self._resolve_tags)
+        if sizes is not None:
+            if len(sizes) != len(items):
+                raise ValueError(f"{len(items)} items but {len(sizes)} sizes")
+            pending.sizes = list(sizes)
         try:
             self._route(pending)
         except Exception as e:
@@ -747,12 +767,20 @@ class Gateway:
         return pb.ThrottleBatch(batch_id=batch_id, throttle_time_ms=results, config_offset=offset)
 
     def dispatch(
-        self, kind: str, items: list[Any], keys: Sequence[str], *, fenced: bool = False, wait_s: float = 0.0
+        self,
+        kind: str,
+        items: list[Any],
+        keys: Sequence[str],
+        *,
+        fenced: bool = False,
+        wait_s: float = 0.0,
+        sizes: Sequence[int] | None = None,
     ) -> tuple[int, list[Any]]:
         """Serve ``items`` of ``kind`` on the shards owning ``keys`` (one per item): micro-batched per shard
         with everything else queued for it, ``ShardActor.serve_at(kind, offset, items)`` on each, and
         ``(config offset, results in the items' order)`` back. For kinds keyed without config (a user, a
         node, a client instance id); ``fenced`` kinds are routed by metric tags (``submit``).
+        ``sizes`` (bytes per item) bounds the bytes of one shard call (``max_shard_batch_bytes``).
         Raises Unavailable / Exhausted (after waiting ``wait_s`` for room)."""
         if len(keys) != len(items):
             raise ValueError(f"{len(items)} items but {len(keys)} keys")
@@ -763,7 +791,7 @@ class Gateway:
         def route(_items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
             return self.replica.offset, fixed if indices is None else [fixed[i] for i in indices]
 
-        return self.wait(self.submit(kind, items, wait_s, route))
+        return self.wait(self.submit(kind, items, wait_s, route, sizes=sizes))
 
     def _resolve_tags(self, items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
         return self.replica.resolve(items if indices is None else [items[i] for i in indices])

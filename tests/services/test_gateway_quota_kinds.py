@@ -285,3 +285,32 @@ def test_every_nonzero_throttle_is_archived_for_the_throttle_report(cluster, adm
     got = sorted((r.time_ms, int(r.labels["throttle_time_ms"])) for r in records)
     assert got == [(now + i * 10, t) for i, t in enumerate(throttles) if t > 0]
     assert {(r.labels["quota_type"], r.labels["client_id"]) for r in records} == {("Produce", "app")}
+
+
+@pytest.mark.parametrize(("max_bytes", "most_calls"), [(1000, False), (8 << 20, True)])
+def test_shard_calls_are_bounded_by_the_bytes_items_declare(cluster, max_bytes, most_calls):
+    import threading
+
+    from quotaplane.services.gateway import GatewayConfig, serve_gateway
+
+    config = GatewayConfig(max_shard_batch_bytes=max_bytes, linger_s=0.2)
+    server, _, gateway = serve_gateway(cluster.controller, cluster.shards, "127.0.0.1:0", config=config)
+    try:
+        item = (77, "FOLLOWER_REPLICATION", "sized", 0, 0.0, T0)
+        callers = [
+            threading.Thread(
+                target=gateway.dispatch, args=("replication", [item], ["replication:77"]), kwargs={"sizes": [600]}
+            )
+            for _ in range(8)
+        ]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(30)
+        calls = sum(s["batches"] for s in gateway.stats()["shards"].values())
+    finally:
+        server.stop(0).wait()
+    if most_calls:
+        assert calls < 8  # 8 requests of 600 bytes share calls when 8 MiB may go in one
+    else:
+        assert calls == 8  # 600 + 600 > 1000: each request goes alone

@@ -103,8 +103,18 @@ class _StandInGateway:
     def clock(self) -> int:
         return wall_ms()
 
-    def dispatch(self, kind: str, items: list, keys: list[str], *, fenced: bool = False, wait_s: float = 0.0):
+    def dispatch(
+        self,
+        kind: str,
+        items: list,
+        keys: list[str],
+        *,
+        fenced: bool = False,
+        wait_s: float = 0.0,
+        sizes: list[int] | None = None,
+    ):
         assert kind == TELEMETRY_KIND and not fenced and len(items) == len(keys)
+        assert sizes is None or len(sizes) == len(items)
         groups: dict[str, list[int]] = {}
         for index, key in enumerate(keys):
             groups.setdefault(self.placement.owner(key), []).append(index)
