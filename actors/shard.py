@@ -504,6 +504,7 @@ def start_shard(
     namespace: str | None = None,
     catch_up_events: int = 10_000,
     data_dir: str | None = None,
+    detached: bool = False,
 ) -> Any:
     """A ShardActor named ``name`` (default ``quotaplane-shard-<shard_id>``; the running one if it
     exists), restarted by Ray after a crash (``max_restarts=-1``). Its name is what lets a restarted
@@ -512,6 +513,7 @@ def start_shard(
         name=name if name is not None else f"quotaplane-shard-{shard_id}",
         namespace=namespace,
         get_if_exists=True,
+        lifetime="detached" if detached else None,
         max_restarts=-1,
         max_task_retries=0,
         num_cpus=0,

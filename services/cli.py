@@ -26,8 +26,18 @@ prints one line per endpoint, then ``ready``, then a line each time the config l
 offset moves, and stops cleanly on SIGINT / SIGTERM (exit 0). It listens on loopback unless ``--host``
 says otherwise, and warns (one stderr line) when it listens beyond loopback with no operator credential
 configured (``--operator-tokens-file``, ``--operator-subjects``); ``--tls-cert`` / ``--tls-key`` /
-``--tls-client-ca`` put TLS or mutual TLS on both gRPC listeners. Later commands (``compact-log`` ...) are
-added here as their issues land.
+``--tls-client-ca`` put TLS or mutual TLS on both gRPC listeners.
+
+The Spark jobs (``quotaplane.spark``) run on an embedded ``local[*]`` Spark, or on the cluster given by
+``--master``; they read ``--data-dir`` (``config/`` for the event log, ``shards/*/`` for the archives):
+
+- ``quotaplane compact-log --history DIR [--up-to-offset N]``: a snapshot in the log directory (so
+  replay starts from it) and a Parquet history of every change; never touches the live segment;
+- ``quotaplane compact-telemetry --output DIR``: data points and per-minute rollups as Parquet;
+- ``quotaplane throttle-report --points DIR --output DIR``: the clients that ignore throttles.
+
+Each prints one JSON summary line; bad input (a missing path, nothing to read, corruption the job
+cannot skip) is one ``Error:`` line and exit 1, before anything is written.
 """
 
 from __future__ import annotations
@@ -656,6 +666,12 @@ def _add_up_command(commands: argparse._SubParsersAction) -> None:
         help=f"address to listen on (default {DEFAULT_HOST}: this machine only; beyond loopback, configure "
         "operator credentials)",
     )
+    up.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="join this running Ray cluster (its GCS address, or 'auto') instead of starting a private one; "
+        "the controller and shards are then detached and keep running after up stops",
+    )
     up.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: TLS on the gRPC listeners")
     up.add_argument("--tls-key", metavar="PEM", help="the server certificate's private key (unencrypted)")
     up.add_argument(
@@ -671,6 +687,66 @@ def _add_up_command(commands: argparse._SubParsersAction) -> None:
         metavar="CN,...",
         help="client-certificate common names that are operators (needs --tls-client-ca)",
     )
+    _add_frontend_options(up)
+
+
+def _add_frontend_options(up: argparse.ArgumentParser) -> None:
+    """The Kafka-facing frontend's flags (``services/frontend/server.py``)."""
+    from quotaplane.services.launcher import DEFAULT_FRONTEND_PORT
+
+    kafka = up.add_argument_group("Kafka frontend")
+    kafka.add_argument(
+        "--frontend-port",
+        default=str(DEFAULT_FRONTEND_PORT),
+        help=f"Kafka protocol port for Kafka clients (default {DEFAULT_FRONTEND_PORT}; 0: a free one; -1: none)",
+    )
+    kafka.add_argument("--advertised-host", help="host Metadata tells Kafka clients to connect to (default --host)")
+    kafka.add_argument("--advertised-port", help="port Metadata tells Kafka clients (default the listening port)")
+    kafka.add_argument(
+        "--kafka-node-id", default="0", help="broker id the frontend presents; its connection quotas' node (default 0)"
+    )
+    kafka.add_argument(
+        "--sasl-credentials-file",
+        metavar="FILE",
+        help="SASL/PLAIN on the Kafka listener: 'user:password' one a line (principals User:<user>)",
+    )
+    kafka.add_argument(
+        "--kafka-operators",
+        metavar="PRINCIPAL,...",
+        help="principals allowed the Kafka admin APIs, e.g. User:admin (with SASL and no list: nobody)",
+    )
+    kafka.add_argument("--kafka-tls-cert", metavar="PEM", help="server certificate chain: TLS on the Kafka listener")
+    kafka.add_argument("--kafka-tls-key", metavar="PEM", help="its private key (unencrypted)")
+
+
+def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, object]:
+    """The frontend's port (None: none) and ``KafkaListener`` from ``up``'s flags; bad values and files are
+    a LaunchError / ValueError with one line."""
+    from quotaplane.services.frontend._sasl import PlainCredentials
+    from quotaplane.services.frontend.server import KafkaListener, tls_context
+
+    port = _int_option("--frontend-port", args.frontend_port)
+    if port == -1:
+        return None, None
+    if (args.kafka_tls_cert is None) != (args.kafka_tls_key is None):
+        raise ValueError("--kafka-tls-cert needs --kafka-tls-key, and a key its certificate")
+    operators = None
+    if args.kafka_operators is not None:
+        operators = frozenset(p.strip() for p in args.kafka_operators.split(",") if p.strip())
+        for principal in operators:
+            if ":" not in principal:
+                raise ValueError(f"--kafka-operators: {principal!r} is not a principal such as User:admin")
+    advertised_port = args.advertised_port
+    credentials = args.sasl_credentials_file
+    listener = KafkaListener(
+        advertised_host=args.advertised_host,
+        advertised_port=None if advertised_port is None else _int_option("--advertised-port", advertised_port),
+        node_id=_int_option("--kafka-node-id", args.kafka_node_id),
+        sasl_credentials=None if credentials is None else PlainCredentials.load(credentials),
+        operators=operators,
+        ssl_context=None if args.kafka_tls_cert is None else tls_context(args.kafka_tls_cert, args.kafka_tls_key),
+    )
+    return port, listener
 
 
 def _int_option(name: str, text: str) -> int:
@@ -712,7 +788,8 @@ def _run_up(args: argparse.Namespace) -> int:
 
     try:
         security = _server_security(args)
-    except ValueError as e:
+        frontend_port, kafka_listener = _kafka_listener(args)
+    except (ValueError, LaunchError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
     warning = exposure_warning(args.host, security)
@@ -728,6 +805,9 @@ def _run_up(args: argparse.Namespace) -> int:
             host=args.host,
             say=say,
             security=security,
+            ray_address=args.ray_address,
+            frontend_port=frontend_port,
+            kafka_listener=kafka_listener,  # type: ignore[arg-type]
         )
     except LaunchError as e:
         print(f"Error: {e}", file=sys.stderr)
@@ -741,6 +821,10 @@ def _run_up(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: stop.set())
         say(f"admin gRPC on {cluster.admin_address}, {len(cluster.shards)} shards, data in {cluster.data_dir}")
         say(f"usage gateway gRPC on {cluster.gateway_address}")
+        if cluster.frontend is not None:
+            host, port = cluster.frontend.advertised
+            listener = cluster.frontend.config.listener_name
+            say(f"Kafka frontend on {cluster.frontend_address} ({listener}; advertised as {host}:{port})")
         if cluster.metrics_url is not None:
             say(f"metrics on {cluster.metrics_url}")
         say(f"Ray session in {cluster.ray_temp_dir}")
@@ -770,6 +854,115 @@ def _run_up(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- Spark jobs (spark/, installed as quotaplane.spark) ---------------------------------------------------
+def _add_spark_commands(commands: argparse._SubParsersAction) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--master", default="local[*]", help="Spark master URL (default local[*]: an embedded Spark on this machine)"
+    )
+    common.add_argument(
+        "--data-dir", default="./quotaplane-data", help="quotaplane up's data directory (default ./quotaplane-data)"
+    )
+    log_ = commands.add_parser(
+        "compact-log", parents=[common], help="Spark: event log -> snapshot (faster replay) + Parquet change history"
+    )
+    log_.add_argument("--log-dir", help="the event log directory (default DATA_DIR/config)")
+    log_.add_argument("--history", required=True, metavar="DIR", help="where the Parquet history table goes")
+    log_.add_argument(
+        "--up-to-offset", type=int, metavar="N", help="compact events below N (default: up to the live segment)"
+    )
+    telemetry = commands.add_parser(
+        "compact-telemetry", parents=[common], help="Spark: telemetry archive -> Parquet data points + rollups"
+    )
+    throttle = commands.add_parser(
+        "throttle-report", parents=[common], help="Spark: throttle decisions vs what clients report"
+    )
+    for parser in (telemetry, throttle):
+        parser.add_argument(
+            "--archive-root",
+            action="append",
+            metavar="DIR",
+            help="an archive root (repeatable; default every DATA_DIR/shards/<id>)",
+        )
+        parser.add_argument("--output", required=True, metavar="DIR", help="where the Parquet tables go")
+        parser.add_argument("--from", dest="start", type=_time_ms, metavar="TIME", help="first hour (ISO 8601 or ms)")
+        parser.add_argument("--to", dest="end", type=_time_ms, metavar="TIME", help="end, exclusive")
+    throttle.add_argument(
+        "--points", required=True, metavar="DIR", help="compact-telemetry's points table (OUTPUT/points)"
+    )
+
+
+def _archive_roots(args: argparse.Namespace) -> list[str]:
+    if args.archive_root:
+        return list(args.archive_root)
+    shards = os.path.join(args.data_dir, "shards")
+    if not os.path.isdir(shards):
+        raise _CliError(f"no shard archives under {shards} (give --archive-root or --data-dir)")
+    return sorted(os.path.join(shards, name) for name in os.listdir(shards) if not name.startswith("."))
+
+
+def _run_spark(args: argparse.Namespace) -> int:
+    """Run a Spark job; its input errors are one line and exit 1, never a traceback."""
+    try:
+        from quotaplane.spark import JobInputError, compact_log, compact_telemetry, spark_session, throttle_report
+    except ImportError as e:
+        print(f"Error: the Spark jobs need pyspark: {e}", file=sys.stderr)
+        return _EXIT_REFUSED
+    import shutil
+    import tempfile
+
+    try:
+        roots = _archive_roots(args) if args.command != "compact-log" else []
+        log_dir = args.log_dir or os.path.join(args.data_dir, "config") if args.command == "compact-log" else ""
+        # local paths are checked before a JVM starts, so the error is the only line printed
+        for path in [log_dir] if log_dir else [r for r in roots if "://" not in r]:
+            if not os.path.isdir(path):
+                raise _CliError(f"no such directory: {path}")
+        scratch = tempfile.mkdtemp(prefix="quotaplane-spark-")
+        spark = spark_session(args.master, app_name=f"quotaplane {args.command}", scratch_dir=scratch)
+        try:
+            if args.command == "compact-log":
+                r = compact_log(spark, log_dir, args.history, up_to_offset=args.up_to_offset)
+                summary = {
+                    "snapshot": str(r.snapshot),
+                    "end_offset": r.end_offset,
+                    "start_offset": r.start_offset,
+                    "events": r.events,
+                    "entries": r.entries,
+                    "history": r.history_dir,
+                }
+            elif args.command == "compact-telemetry":
+                t = compact_telemetry(spark, roots, args.output, start_ms=args.start, end_ms=args.end)
+                summary = {
+                    "points": t.points_dir,
+                    "rollups": t.rollups_dir,
+                    "hours": t.hours,
+                    "data_points": t.points,
+                    "rollup_rows": t.rollups,
+                }
+                for path, reason in t.errors:
+                    print(f"Warning: skipped {path}: {reason.splitlines()[0]}", file=sys.stderr)
+            else:
+                p = throttle_report(spark, roots, args.points, args.output, start_ms=args.start, end_ms=args.end)
+                summary = {
+                    "minutes": p.minutes_dir,
+                    "clients": p.clients_dir,
+                    "decisions": p.decisions,
+                    "silent_clients": [list(c) for c in p.silent_clients],
+                    "ignoring_clients": [list(c) for c in p.ignoring_clients],
+                }
+                for path, reason in p.errors:
+                    print(f"Warning: skipped {path}: {reason.splitlines()[0]}", file=sys.stderr)
+        finally:
+            spark.stop()
+            shutil.rmtree(scratch, ignore_errors=True)
+    except (JobInputError, _CliError) as e:
+        print(f"Error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return _EXIT_REFUSED
+    print(json.dumps(summary))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quotaplane", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"quotaplane {__version__}")
@@ -779,6 +972,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_admin_commands(commands)
     _add_up_command(commands)
+    _add_spark_commands(commands)
     return parser
 
 
@@ -795,6 +989,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "up":
             return _run_up(args)
+        if args.command in ("compact-log", "compact-telemetry", "throttle-report"):
+            return _run_spark(args)
         return _run_admin(args)
     except BrokenPipeError:  # `quotaplane ... | head`: the reader left; exit quietly as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -28,6 +28,9 @@ Why the details are as they are:
 - **The usage gateway** (``services/gateway.py``: QuotaService, ProducerIdService) runs in this process,
   as a Ray driver, on ``gateway_port`` (default 9094; ``None``: no gateway). Its port is checked with the
   admin port before Ray starts, and ``launch`` returns only once its health check says SERVING too.
+- **The Kafka frontend** (``services/frontend``) runs in this process too, on its own event-loop thread,
+  after the gateway (it is the gateway's client); it is stopped first, so its connections release their
+  connection-quota counts while the gateway still answers.
 - **Security** (``services/_security.py``): ``security`` puts TLS or mutual TLS on both gRPC listeners and
   operator authorization on the AdminService; the metrics endpoint stays plain HTTP (Prometheus scrapes
   it, and it changes nothing). This process holds no client certificate, so with TLS the readiness check
@@ -38,6 +41,7 @@ Why the details are as they are:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import logging
@@ -55,10 +59,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._security import ServerSecurity
+    from .frontend.server import KafkaListener
 
 __all__ = [
     "DEFAULT_ADMIN_PORT",
     "DEFAULT_DATA_DIR",
+    "DEFAULT_FRONTEND_PORT",
     "DEFAULT_GATEWAY_PORT",
     "DEFAULT_HOST",
     "DEFAULT_METRICS_PORT",
@@ -73,11 +79,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "quotaplane-data"
-DEFAULT_SHARDS = 2
+#: One shard per core: a shard runs one call at a time, so more shards than cores only add switching.
+DEFAULT_SHARDS = max(1, os.cpu_count() or 1)
 DEFAULT_ADMIN_PORT = 9093
 DEFAULT_GATEWAY_PORT = 9094
 #: Prometheus' conventional exporter range; the shipped deploy/prometheus/prometheus.yml scrapes it.
 DEFAULT_METRICS_PORT = 9464
+#: Kafka's own port: the Kafka-facing frontend answers clients that know nothing but a bootstrap server.
+DEFAULT_FRONTEND_PORT = 9092
 DEFAULT_HOST = "127.0.0.1"
 NAMESPACE = "quotaplane"
 LOCK_FILE = "up.lock"
@@ -87,7 +96,7 @@ _SOCKET_PATH_MAX = 107
 #: What Ray appends to its temp dir for its longest socket: the session directory (date with microseconds
 #: and a pid of up to 7 digits), ``sockets/`` and ``plasma_store`` with a possible ``.N`` suffix.
 _RAY_SOCKET_SUFFIX = "/session_2000-01-01_00-00-00_000000_4194304/sockets/plasma_store.99"
-_RAY_ENV = ("RAY_TMPDIR", "RAY_AUTH_TOKEN")
+_RAY_ENV = ("RAY_TMPDIR", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
 
 
 class LaunchError(Exception):
@@ -182,7 +191,13 @@ class Cluster:
     gateway: Any = None
     metrics_port: int | None = None
     metrics: Any = None
+    frontend_port: int | None = None
+    frontend: Any = None
+    kafka_listener: KafkaListener | None = None
+    _frontend_token: str | None = field(default=None, repr=False)
     security: ServerSecurity | None = None
+    #: None: a private local Ray (stopped with the cluster); else the Ray cluster joined (actors detached)
+    ray_address: str | None = None
     _lock_fd: int | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
     _ray_started: bool = False
@@ -195,6 +210,10 @@ class Cluster:
     @property
     def gateway_address(self) -> str | None:
         return None if self.gateway_port is None else _address(self.host, self.gateway_port)
+
+    @property
+    def frontend_address(self) -> str | None:
+        return None if self.frontend_port is None else _address(self.host, self.frontend_port)
 
     @property
     def metrics_url(self) -> str | None:
@@ -253,6 +272,8 @@ class Cluster:
         if self._closed:
             return
         self._closed = True
+        if self.frontend is not None:  # its connections release their counts through the gateway: first
+            self.frontend.close()
         if self.metrics is not None:  # its scrapes call Ray: stop it before Ray goes
             self.metrics.close()
         if self.gateway_server is not None:
@@ -262,11 +283,13 @@ class Cluster:
         if self._ray_started:
             import ray
 
-            # shards first: they hold no durable state; the controller's writes were fsynced when answered
-            for handle in [*self.shards.values(), self.controller]:
-                if handle is not None:
-                    with contextlib.suppress(Exception):
-                        ray.kill(handle, no_restart=True)
+            # shards first: they hold no durable state; the controller's writes were fsynced when answered.
+            # On a joined Ray cluster the actors are detached and shared (other gateways use them): leave them.
+            if self.ray_address is None:
+                for handle in [*self.shards.values(), self.controller]:
+                    if handle is not None:
+                        with contextlib.suppress(Exception):
+                            ray.kill(handle, no_restart=True)
             ray.shutdown()
         for name, value in self._saved_env.items():
             if value is None:
@@ -275,6 +298,8 @@ class Cluster:
                 os.environ[name] = value
         if self._ray_started:
             _forget_ray_auth_token()
+        if self.ray_address is not None:
+            _refresh_ray_config()  # forget the token mode set for joining
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
@@ -299,6 +324,39 @@ def _forget_ray_auth_token() -> None:
         AuthenticationTokenLoader.instance().reset_cache()
     except Exception as e:  # a Ray without it has no cache to forget
         log.debug("cannot reset Ray's auth token cache: %s", e)
+
+
+def _use_ray_token_auth() -> None:
+    """Send ``RAY_AUTH_TOKEN`` when joining a cluster. A driver that *starts* Ray turns token mode on when
+    it finds a token, but one that *connects* only does when ``RAY_AUTH_MODE=token`` is set, and Ray reads
+    that setting into its config at import: set it and refresh the config, as Ray's own setup does."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    _refresh_ray_config()
+
+
+def _check_gcs_answers(address: str, timeout_s: float) -> None:
+    """Fail in seconds, not minutes, when nothing listens at a ``host:port`` Ray address (``ray.init``
+    retries an unreachable GCS for a long time). ``auto`` and other forms are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise LaunchError(
+            f"cannot join the Ray cluster at {address}: nothing answers there ({e.strerror or e})"
+        ) from None
+
+
+def _refresh_ray_config() -> None:
+    """Make Ray read its environment settings (``RAY_AUTH_MODE``) again."""
+    try:
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except Exception as e:  # an older Ray reads the environment when it connects
+        log.debug("cannot refresh Ray's config: %s", e)
 
 
 def _check_health(
@@ -338,13 +396,27 @@ def launch(
     ready_timeout_s: float = 60.0,
     say: Callable[[str], None] | None = None,
     security: ServerSecurity | None = None,
+    ray_address: str | None = None,
+    frontend_port: int | None = None,
+    kafka_listener: KafkaListener | None = None,
 ) -> Cluster:
     """Start everything and return once it answers; :class:`LaunchError` (one line) if it cannot.
+
+    ``ray_address`` (``host:port`` of a running Ray cluster's GCS, or ``auto``) joins that cluster instead
+    of starting a private one: the controller and the shards are then *detached* named actors (found again
+    by name if they run already, so a second ``up`` or another gateway host shares them), restarted by Ray
+    after a crash, and left running when this process stops; the controller's log lives in
+    ``data_dir/config`` on the node Ray places it on (a persistent volume in Kubernetes).
 
     ``admin_port=0`` picks a free port (``Cluster.admin_port`` tells which); so does ``gateway_port=0``
     (``Cluster.gateway_port``); ``gateway_port=None`` starts no gateway. ``say`` receives the start-up
     notes meant for the operator (e.g. that Ray's session went to a fallback directory). ``security``
     (None: plaintext, AdminService open) is passed to the AdminService and the gateway.
+
+    ``frontend_port`` (None: none; 0: a free port, ``Cluster.frontend_port``) starts the Kafka-facing
+    frontend (``services/frontend/server.py``) as a gRPC client of the gateway and the AdminService, with
+    ``kafka_listener``'s advertised address, node id, SASL, operators and TLS. The CLI's ``up`` passes
+    9092; this function defaults to none so embedding it claims no Kafka port unasked.
     """
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise LaunchError(f"--shards must be a positive integer, got {shards!r}")
@@ -360,6 +432,14 @@ def launch(
         isinstance(metrics_port, bool) or not isinstance(metrics_port, int) or not 0 <= metrics_port <= 65535
     ):
         raise LaunchError(f"--metrics-port must be in 0..65535, got {metrics_port!r}")
+    if frontend_port is not None and (
+        isinstance(frontend_port, bool) or not isinstance(frontend_port, int) or not 0 <= frontend_port <= 65535
+    ):
+        raise LaunchError(f"--frontend-port must be in 0..65535, got {frontend_port!r}")
+    if frontend_port is not None and gateway_port is None:
+        raise LaunchError("the Kafka frontend needs the usage gateway (its telemetry and connection services)")
+    if frontend_port and frontend_port in (admin_port, gateway_port, metrics_port):
+        raise LaunchError(f"--frontend-port must differ from the admin, gateway and metrics ports, got {frontend_port}")
     if metrics_port and metrics_port in (admin_port, gateway_port):
         raise LaunchError(f"--metrics-port must differ from the admin and gateway ports, got {metrics_port}")
     say = say or (lambda _line: None)
@@ -372,6 +452,8 @@ def launch(
             _check_port_free(host, gateway_port, "the usage gateway")
         if metrics_port:
             _check_port_free(host, metrics_port, "the metrics endpoint")
+        if frontend_port:
+            _check_port_free(host, frontend_port, "the Kafka frontend")
         temp_dir = ray_temp_dir_for(data_dir)
         fallback = temp_dir is None
         if temp_dir is None:
@@ -385,6 +467,17 @@ def launch(
     except BaseException:
         os.close(lock_fd)
         raise
+    if frontend_port is not None and security is not None and security.tls:
+        # its gRPC client would need a certificate trusted by (and, under mutual TLS, signed for) the TLS
+        # listeners, which this process does not hold
+        say("the Kafka frontend is not started: it cannot be a client of TLS gRPC listeners yet")
+        frontend_port = None
+    frontend_token = None
+    if frontend_port is not None and security is not None and security.operator_auth:
+        from ._security import _digest
+
+        frontend_token = secrets.token_urlsafe(32)
+        security = dataclasses.replace(security, token_digests=security.token_digests | {_digest(frontend_token)})
     cluster = Cluster(
         data_dir,
         host,
@@ -394,6 +487,10 @@ def launch(
         gateway_port=gateway_port,
         metrics_port=metrics_port,
         security=security,
+        ray_address=ray_address,
+        frontend_port=frontend_port,
+        kafka_listener=kafka_listener,
+        _frontend_token=frontend_token,
         _lock_fd=lock_fd,
     )
     try:
@@ -412,7 +509,10 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
 
     cluster._saved_env = {name: os.environ.get(name) for name in _RAY_ENV}
     os.environ["RAY_TMPDIR"] = str(cluster.ray_temp_dir)
-    if not os.environ.get("RAY_AUTH_TOKEN"):
+    if cluster.ray_address is not None:
+        if os.environ.get("RAY_AUTH_TOKEN") and not os.environ.get("RAY_AUTH_MODE"):
+            _use_ray_token_auth()
+    elif not os.environ.get("RAY_AUTH_TOKEN"):
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # else Ray writes one to ~/.ray/auth_token
     _forget_ray_auth_token()
 
@@ -421,28 +521,44 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
 
     from .admin import ControllerBackend, serve
 
+    joined = cluster.ray_address is not None
+    if joined:
+        _check_gcs_answers(cluster.ray_address, min(10.0, remaining()))
     try:
-        ray.init(
-            address="local",
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            _temp_dir=str(cluster.ray_temp_dir),
-            namespace=NAMESPACE,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
+        if joined:
+            ray.init(
+                address=cluster.ray_address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        else:
+            ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                _temp_dir=str(cluster.ray_temp_dir),
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
     except Exception as e:
-        raise LaunchError(f"cannot start Ray: {_first_line(e)}") from None
+        what = f"join the Ray cluster at {cluster.ray_address}" if joined else "start Ray"
+        raise LaunchError(f"cannot {what}: {_first_line(e)}") from None
     cluster._ray_started = True
 
-    cluster.controller = start_controller(cluster.config_dir, namespace=NAMESPACE, fsync=fsync)
+    cluster.controller = start_controller(cluster.config_dir, namespace=NAMESPACE, fsync=fsync, detached=joined)
     try:
         ray.get(cluster.controller.info.remote(), timeout=remaining())
     except Exception as e:
         raise LaunchError(f"the config controller on {cluster.config_dir} did not start: {_ray_reason(e)}") from None
     for i in range(shards):
         cluster.shards[str(i)] = start_shard(
-            i, cluster.controller, namespace=NAMESPACE, data_dir=str(cluster.data_dir.absolute() / "shards" / str(i))
+            i,
+            cluster.controller,
+            namespace=NAMESPACE,
+            data_dir=str(cluster.data_dir.absolute() / "shards" / str(i)),
+            detached=joined,
         )
     for name, shard in cluster.shards.items():
         try:
@@ -465,6 +581,8 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
         raise LaunchError(f"the admin service at {cluster.admin_address} does not answer: {_first_line(e)}") from None
     if cluster.gateway_port is not None:
         _start_gateway(cluster, remaining())
+    if cluster.frontend_port is not None:
+        _start_frontend(cluster)
     if cluster.metrics_port is not None:
         from .metrics import start_metrics_endpoint
 
@@ -503,6 +621,30 @@ def _start_gateway(cluster: Cluster, timeout_s: float) -> None:
         raise
     except Exception as e:
         raise LaunchError(f"the usage gateway at {address} does not answer: {_first_line(e)}") from None
+
+
+def _start_frontend(cluster: Cluster) -> None:
+    """The Kafka-facing frontend in this process (a thread with its own event loop), a gRPC client of the
+    gateway and the AdminService like any other frontend. With operator credentials on the AdminService it
+    presents a token of its own, made up here for this run (``launch`` added its digest to the accepted
+    ones): it authorizes Kafka principals itself, by its operator list, as a broker's authorizer does."""
+    from .frontend.server import FrontendServer, GrpcTarget, KafkaListener
+
+    assert cluster.frontend_port is not None and cluster.gateway_address is not None
+    listener = cluster.kafka_listener or KafkaListener()
+    try:
+        config = listener.config(
+            GrpcTarget(cluster.gateway_address),
+            GrpcTarget(cluster.admin_address, token=cluster._frontend_token),
+            cluster.host,
+            cluster.frontend_port,
+        )
+        frontend = FrontendServer(config)
+        frontend.start()
+    except (OSError, ValueError) as e:
+        raise LaunchError(_first_line(e)) from None
+    cluster.frontend = frontend
+    cluster.frontend_port = frontend.port
 
 
 def _ray_reason(exc: BaseException) -> str:

@@ -35,9 +35,10 @@ from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaM
 
 _SCRIPT = Path(sys.executable).parent / "quotaplane"
 _COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "quotaplane.services.cli"]
-#: the usage gateway and the metrics endpoint on free ports, so tests never depend on 9094 / 9464 being free
+#: the usage gateway, the metrics endpoint and the Kafka frontend on free ports, so tests never depend on
+#: 9094 / 9464 / 9092 being free
 _T0 = 1_700_000_000_000
-_FREE_PORTS = ("--gateway-port", "0", "--metrics-port", "0")
+_FREE_PORTS = ("--gateway-port", "0", "--metrics-port", "0", "--frontend-port", "0")
 _READY_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 20.0
 _ALICE = ("--entity-type", "users", "--entity-name", "alice")
@@ -224,6 +225,8 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
         assert up.lines[0] == f"quotaplane up: admin gRPC on 127.0.0.1:{port}, 2 shards, data in {data_dir}"
         assert f"quotaplane up: Ray session in {data_dir / 'ray'}" in up.lines
         assert "quotaplane up: config log end offset 0; shards applied 0=0, 1=0" in up.lines
+        [kafka] = [line for line in up.lines if line.startswith("quotaplane up: Kafka frontend on 127.0.0.1:")]
+        assert _kafka_api_versions_answer(int(kafka.split("127.0.0.1:")[1].split(" ")[0])) == 0
         daemons = {p.name for p in up.ray_processes()}
         assert {"raylet", "gcs_server"} <= daemons, daemons  # the scan used at the end does see Ray
 
@@ -293,12 +296,29 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
     assert any((data_dir / "config").glob("*.log"))
 
 
+def _kafka_api_versions_answer(port: int) -> int:
+    """The error code of an ApiVersions v3 request to the Kafka frontend on ``port``."""
+    from quotaplane.services.frontend import ApiVersionsRequest, decode_response, encode_request
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(encode_request(18, 3, 1, ApiVersionsRequest("qp-test-up", "1.0")))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            chunk = sock.recv(65536)
+            assert chunk, "the frontend closed the connection"
+            data += chunk
+    return decode_response(18, 3, data[4:]).body.error_code
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--shards", "0"], "--shards must be a positive integer"),
         (["--shards", "two"], "--shards must be an integer"),
         (["--admin-port", "70000"], "--admin-port must be in 0..65535"),
+        (["--frontend-port", "70000"], "--frontend-port must be in 0..65535"),
+        (["--sasl-credentials-file", "/nonexistent/users"], "cannot read the SASL credentials file"),
+        (["--kafka-operators", "admin"], "is not a principal such as User:admin"),
     ],
 )
 def test_bad_options_fail_in_one_line(env, tmp_path, args, message):

@@ -1,0 +1,126 @@
+"""Finding and reading archive segments (``docs/archive-format.md``) from Spark, for any stream.
+
+The driver lists the ``date=/hour=`` directories of ``<root>/<stream>`` with Hadoop's file system API
+(so roots may be local paths or any URI Spark reads: ``hdfs://``, ``s3a://``...), keeps the hours asked
+for, and hands those directories to Spark's ``binaryFile`` source (``*.seg`` only: hidden ``.*.tmp``
+files of segments being created are skipped). Executors decode each file whole with
+``decode_segment_bytes``; a corrupt file is reported (path and reason) through an accumulator and
+skipped, so the other files still count. A torn tail (a write in progress, or a crash) is not an
+error: the records before it are kept, as every archive reader does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from quotaplane.archive import ArchiveCorruptError, decode_segment_bytes, parse_hour_partition, parse_segment_name
+
+from ._session import JobInputError
+from ._util import SetAccumulator
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import SparkSession
+
+__all__ = ["HourDir", "list_hour_dirs", "read_stream"]
+
+
+@dataclass(frozen=True, slots=True)
+class HourDir:
+    path: str
+    hour_ms: int  # the hour's start, epoch ms (UTC)
+
+
+def list_hour_dirs(
+    spark: SparkSession,
+    roots: Sequence[str],
+    stream: str,
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    allow_empty: bool = False,
+) -> list[HourDir]:
+    """Every ``<root>/<stream>/date=…/hour=…`` directory of the hours overlapping ``[start_ms, end_ms)``.
+
+    A root that does not exist is a ``JobInputError``; no hour directory at all is one too unless
+    ``allow_empty`` (a stream nobody wrote to yet).
+    """
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    found: list[HourDir] = []
+    if not roots:
+        raise JobInputError("no archive root given")
+    for root in roots:
+        root_path = jvm.org.apache.hadoop.fs.Path(root)
+        fs = root_path.getFileSystem(conf)
+        if not fs.exists(root_path):
+            raise JobInputError(f"no archive root at {root}")
+        pattern = jvm.org.apache.hadoop.fs.Path(f"{root.rstrip('/')}/{stream}/date=*/hour=*")
+        for status in fs.globStatus(pattern) or []:
+            if not status.isDirectory():
+                continue
+            path = status.getPath()
+            hour_ms = parse_hour_partition(path.getParent().getName(), path.getName())
+            if hour_ms is None:
+                continue
+            if (start_ms is not None and hour_ms + 3_600_000 <= start_ms) or (end_ms is not None and hour_ms >= end_ms):
+                continue
+            found.append(HourDir(path.toString(), hour_ms))
+    if not found and not allow_empty:
+        where = ", ".join(f"{r.rstrip('/')}/{stream}" for r in roots)
+        raise JobInputError(f"no {stream} segments under {where} (no date=/hour= directories in the range)")
+    found.sort(key=lambda h: (h.hour_ms, h.path))
+    return found
+
+
+def _hour_of_path(path: str) -> int | None:
+    parts = path.rstrip("/").split("/")
+    if len(parts) < 3 or parse_segment_name(parts[-1]) is None:
+        return None
+    return parse_hour_partition(parts[-3], parts[-2])
+
+
+def read_stream(
+    spark: SparkSession,
+    hour_dirs: Iterable[HourDir],
+    to_rows: Callable[[str, int, Any], Iterable[tuple]],
+    errors: SetAccumulator,
+    seen: SetAccumulator | None = None,
+) -> RDD:
+    """An RDD of ``to_rows(path, hour_ms, record)`` over every record of the segments in ``hour_dirs``.
+
+    Files whose names do not follow the layout are skipped (not segments, per the format). A file that
+    is corrupt, or a record ``to_rows`` refuses with ValueError, is added to ``errors`` as
+    ``(path, one-line reason)``: the whole file for corruption (its records after the damage are not
+    trustworthy), only the record for a bad record. ``seen`` gets the hour (epoch ms) of every file
+    that gave at least one row: the partitions a write of these rows replaces.
+    """
+    paths = [h.path for h in hour_dirs]
+    files = spark.read.format("binaryFile").option("pathGlobFilter", "*.seg").load(paths).select("path", "content")
+
+    def decode(row: Any) -> Iterator[tuple]:
+        path = row.path
+        hour_ms = _hour_of_path(path)
+        if hour_ms is None:
+            return
+        try:
+            records = decode_segment_bytes(bytes(row.content), path).records
+        except ArchiveCorruptError as exc:
+            errors.add((path, str(exc)))
+            return
+        produced = False
+        for record in records:
+            try:
+                rows = list(to_rows(path, hour_ms, record))
+            except ValueError as exc:
+                errors.add((path, f"{path}: record at {record.time_ms} ms skipped: {exc}"))
+                continue
+            if rows:
+                produced = True
+                yield from rows
+        if produced and seen is not None:
+            seen.add(hour_ms)
+
+    return files.rdd.flatMap(decode)

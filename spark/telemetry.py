@@ -1,0 +1,258 @@
+"""Telemetry-archive compaction on Spark: one Parquet row per OTLP data point, and per-minute rollups.
+
+``compact_telemetry(spark, roots, output)`` reads the ``telemetry`` stream of each archive root (each
+shard writes its own: ``<data-dir>/shards/<id>/telemetry/``), decodes every archived push (the
+broker-side labels, then the OTLP ``MetricsData`` body exactly as the client sent it) in the
+executors, and writes:
+
+``<output>/points/date=YYYY-MM-DD/hour=HH/``
+    one row per data point: ``time`` / ``time_ms`` (the point's own time, the push's receive time if
+    the client left it 0), ``received_ms``, ``client_instance_id``, ``client_id``, ``principal``,
+    ``node_id``, every broker-added label (``labels``, a map), ``metric``, ``type`` (gauge, sum,
+    histogram, exponential_histogram, summary), ``temporality`` (delta, cumulative; null for gauges
+    and summaries), ``monotonic``, the point's ``attributes`` (a map of strings), ``value`` (the
+    number; a histogram's or summary's sum), ``count`` (histograms and summaries), ``start_time_ms``,
+    and ``segment`` (the file it came from).
+``<output>/rollups/date=YYYY-MM-DD/hour=HH/``
+    one row per (client_instance_id, metric, 1-minute bucket of the point time): ``count``, ``min``,
+    ``max``, ``last`` of the values, and ``sum``: for DELTA sums the values added up, for CUMULATIVE
+    sums the increases between consecutive points of each series (a series is a client instance,
+    metric and attribute set), where a point whose value dropped or whose start time changed is a
+    counter reset (its whole value is the increase since the reset) and the first point of a series
+    in the run has no known predecessor (it adds nothing); for gauges the values added up.
+
+**Partitioned by the archive's hour**, i.e. when the broker received the push, not the point's own
+time: input hour H maps to output partition H and nothing else, so a re-run over the same hours
+rewrites exactly those partitions (``partitionOverwriteMode=dynamic``) and is idempotent. The price:
+a minute bucket whose points arrived in two archive hours (a push just after the hour carrying points
+from before it) appears as a row in each; add their counts and sums to merge them.
+
+**Bad input.** A corrupt segment is named in ``TelemetryCompaction.errors`` and skipped; the others
+are written. An hour whose every segment is corrupt writes nothing, so an earlier run's partition
+for it stays. A missing root, or no segments in the range, is a ``JobInputError`` before anything is
+written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from quotaplane.archive import ArchiveRecord
+
+from ._archive import list_hour_dirs, read_stream
+from ._session import JobInputError
+from ._util import SetAccumulator
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["POINT_SCHEMA", "TELEMETRY_STREAM", "TelemetryCompaction", "compact_telemetry", "decode_telemetry"]
+
+TELEMETRY_STREAM = "telemetry"
+
+POINT_SCHEMA = (
+    "date date, hour int, time_ms long, received_ms long, client_instance_id string, client_id string, "
+    "principal string, node_id string, labels map<string,string>, metric string, type string, "
+    "temporality string, monotonic boolean, attributes map<string,string>, value double, count long, "
+    "start_time_ms long, segment string"
+)
+
+_TEMPORALITY = {1: "delta", 2: "cumulative"}
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryCompaction:
+    """What a run wrote, and the files it skipped (path, reason)."""
+
+    points_dir: str
+    rollups_dir: str
+    hours: int  # archive hours read
+    points: int
+    rollups: int
+    errors: tuple[tuple[str, str], ...]
+
+
+def _any_value(value: Any) -> str:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return ""
+    if kind in ("string_value", "int_value", "double_value"):
+        return str(getattr(value, kind))
+    if kind == "bool_value":
+        return "true" if value.bool_value else "false"
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    return str(getattr(value, kind)).replace("\n", " ")  # arrays and kvlists: their text form
+
+
+def _attributes(kvs: Any) -> dict[str, str] | None:
+    return {kv.key: _any_value(kv.value) for kv in kvs} if kvs else None
+
+
+def points_of_record(path: str, hour_ms: int, record: ArchiveRecord) -> Iterator[tuple]:
+    """One ``POINT_SCHEMA`` row per data point of one archived push; ValueError if the body is not OTLP."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
+
+    try:
+        metrics_data = MetricsData.FromString(record.body)
+    except DecodeError as exc:
+        raise ValueError(f"body is not an OTLP MetricsData: {exc}") from None
+    labels = dict(record.labels)
+    hour_start = datetime.fromtimestamp(hour_ms / 1000, UTC)
+    date, hour = hour_start.date(), hour_start.hour
+    received = record.time_ms
+    head = (labels.get("client_instance_id"), labels.get("client_id"), labels.get("principal"), labels.get("node_id"))
+    for resource_metrics in metrics_data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                kind = metric.WhichOneof("data")
+                if kind is None:
+                    continue
+                data = getattr(metric, kind)
+                temporality = (
+                    _TEMPORALITY.get(data.aggregation_temporality) if kind != "gauge" and kind != "summary" else None
+                )
+                monotonic = data.is_monotonic if kind == "sum" else None
+                name = metric.name
+                numeric = kind in ("gauge", "sum")
+                for point in data.data_points:
+                    t = point.time_unix_nano // 1_000_000 or received
+                    start = point.start_time_unix_nano // 1_000_000 or None
+                    if numeric:
+                        which = point.WhichOneof("value")
+                        value = float(point.as_int) if which == "as_int" else point.as_double
+                        count = None
+                    else:
+                        value = point.sum if kind != "histogram" or point.HasField("sum") else None
+                        count = point.count
+                    yield (
+                        date,
+                        hour,
+                        t,
+                        received,
+                        *head,
+                        labels,
+                        name,
+                        kind,
+                        temporality,
+                        monotonic,
+                        _attributes(point.attributes),
+                        value,
+                        count,
+                        start,
+                        path,
+                    )
+
+
+def decode_telemetry(
+    spark: SparkSession,
+    roots: Sequence[str],
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    stream: str = TELEMETRY_STREAM,
+) -> tuple[DataFrame, SetAccumulator, int]:
+    """The data points of the archived pushes (``POINT_SCHEMA``), the error accumulator (filled as the
+    DataFrame is computed) and the number of archive hours read."""
+    points, errors, hours, _ = _decode(spark, roots, start_ms, end_ms, stream)
+    return points, errors, hours
+
+
+def _decode(
+    spark: SparkSession, roots: Sequence[str], start_ms: int | None, end_ms: int | None, stream: str
+) -> tuple[DataFrame, SetAccumulator, int, SetAccumulator]:
+    hour_dirs = list_hour_dirs(spark, roots, stream, start_ms=start_ms, end_ms=end_ms)
+    errors = SetAccumulator.create(spark.sparkContext)
+    seen = SetAccumulator.create(spark.sparkContext)
+    rdd = read_stream(spark, hour_dirs, points_of_record, errors, seen)
+    return spark.createDataFrame(rdd, POINT_SCHEMA), errors, len({h.hour_ms for h in hour_dirs}), seen
+
+
+def rollups_of(points: DataFrame) -> DataFrame:
+    """Per (date, hour, client_instance_id, metric, minute) rollups of ``points`` (module docstring)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    attributes_key = F.to_json(F.array_sort(F.map_entries(F.coalesce("attributes", F.create_map()))))
+    series = Window.partitionBy("date", "hour", "client_instance_id", "metric", "_series").orderBy(
+        "time_ms", "received_ms"
+    )
+    prev = F.lag("value").over(series)
+    prev_start = F.lag("start_time_ms").over(series)
+    reset = (F.col("value") < prev) | ~F.col("start_time_ms").eqNullSafe(prev_start)
+    cumulative_increase = (
+        F.when(prev.isNull(), F.lit(None).cast("double")).when(reset, F.col("value")).otherwise(F.col("value") - prev)
+    )
+    with_increase = (
+        points.withColumn("_series", attributes_key)
+        .withColumn(
+            "_increase",
+            F.when(F.col("temporality") == "cumulative", cumulative_increase).otherwise(F.col("value")),
+        )
+        .withColumn("bucket_ms", F.col("time_ms") - F.col("time_ms") % 60_000)
+    )
+    return with_increase.groupBy("date", "hour", "client_instance_id", "metric", "bucket_ms").agg(
+        F.first("type").alias("type"),
+        F.first("temporality").alias("temporality"),
+        F.count("value").alias("count"),
+        F.min("value").alias("min"),
+        F.max("value").alias("max"),
+        F.sum("_increase").alias("sum"),
+        F.max_by("value", F.struct("time_ms", "received_ms", "value")).alias("last"),
+        F.timestamp_millis(F.col("bucket_ms")).alias("bucket"),
+    )
+
+
+def compact_telemetry(
+    spark: SparkSession,
+    roots: Sequence[str],
+    output: str,
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+) -> TelemetryCompaction:
+    """Decode the archive hours in ``[start_ms, end_ms)`` (default: all) of ``roots`` and write points and
+    rollups under ``output`` (module docstring). Raises ``JobInputError`` before writing anything if
+    there is nothing to read."""
+    from pyspark.sql import functions as F
+
+    output = output.rstrip("/") or output
+    points, errors, hours, hours_with_rows = _decode(spark, roots, start_ms, end_ms, TELEMETRY_STREAM)
+    points_dir, rollups_dir = f"{output}/points", f"{output}/rollups"
+    (
+        points.withColumn("time", F.timestamp_millis("time_ms"))
+        .repartition("date", "hour")
+        .sortWithinPartitions("client_instance_id", "metric", "time_ms")
+        .write.mode("overwrite")
+        .partitionBy("date", "hour")
+        .parquet(points_dir)
+    )
+    # Everything is decoded once; the rollups read back what was just written (only the hours that
+    # got rows: an hour whose every segment was corrupt keeps what an earlier run wrote, as do its rollups).
+    hours_read = sorted(hours_with_rows.value)
+    if not hours_read:
+        bad = "; ".join(sorted(m for _, m in errors.value))
+        raise JobInputError(f"no data points decoded from {hours} archive hour(s){': ' + bad if bad else ''}")
+    written = spark.read.parquet(points_dir)
+    condition = None
+    for hour_ms in hours_read:
+        start = datetime.fromtimestamp(hour_ms / 1000, UTC)
+        c = (F.col("date") == F.lit(start.date())) & (F.col("hour") == start.hour)
+        condition = c if condition is None else condition | c
+    fresh = written.where(condition)
+    rollups = rollups_of(fresh)
+    rollups.repartition("date", "hour").write.mode("overwrite").partitionBy("date", "hour").parquet(rollups_dir)
+    n_points = fresh.count()
+    n_rollups = spark.read.parquet(rollups_dir).where(condition).count()
+    return TelemetryCompaction(
+        points_dir=points_dir,
+        rollups_dir=rollups_dir,
+        hours=hours,
+        points=n_points,
+        rollups=n_rollups,
+        errors=tuple(sorted(errors.value)),
+    )

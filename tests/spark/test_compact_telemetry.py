@@ -1,0 +1,226 @@
+"""compact_telemetry and throttle_report on a real local Spark, over archives written by the project's
+own writers (TelemetryArchiveExporter's record format via ArchiveWriter, real OTLP MetricsData)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
+from quotaplane.spark import JobInputError, compact_telemetry, throttle_report
+
+from quotaplane.archive import ArchiveRecord, ArchiveWriter
+from quotaplane.exporters.archive import telemetry_record
+from quotaplane.telemetry._exporter import ClientTelemetryContext, ClientTelemetryPayload
+
+T0 = 1_700_002_800_000  # 2023-11-14 23:00 UTC: the pushes cross into the next day's hour 00
+NS = 1_000_000
+CUM, DELTA = m.AGGREGATION_TEMPORALITY_CUMULATIVE, m.AGGREGATION_TEMPORALITY_DELTA
+THROTTLE_MAX = "org.apache.kafka.producer.produce.throttle.time.max"
+SENT = "org.apache.kafka.producer.record.send.total"
+
+
+def _push(client: int, k: int, t_ms: int) -> bytes:
+    """One client's push: a gauge, a cumulative counter (reset at push 25 for client 1), a delta sum."""
+    md = m.MetricsData()
+    metrics = md.resource_metrics.add().scope_metrics.add().metrics
+    g = metrics.add(name=THROTTLE_MAX).gauge.data_points.add(time_unix_nano=t_ms * NS)
+    g.as_double = 0.0 if client == 1 else float((k * 7) % 50)  # client 1 never reports a throttle
+    counter = metrics.add(name=SENT).sum
+    counter.aggregation_temporality, counter.is_monotonic = CUM, True
+    for node in (1, 2):
+        total = (k + 1) * 10 * node if not (client == 1 and k >= 25) else (k - 24) * 3 * node
+        start = T0 if not (client == 1 and k >= 25) else T0 + 25 * 20_000
+        p = counter.data_points.add(time_unix_nano=t_ms * NS, start_time_unix_nano=start * NS, as_int=total)
+        p.attributes.append(KeyValue(key="node.id", value={"string_value": str(node)}))
+    delta = metrics.add(name="org.apache.kafka.producer.connection.creation.total").sum
+    delta.aggregation_temporality = DELTA
+    delta.data_points.add(time_unix_nano=t_ms * NS, start_time_unix_nano=(t_ms - 20_000) * NS, as_int=k % 3)
+    return md.SerializeToString()
+
+
+def _record(client: int, k: int) -> ArchiveRecord:
+    t = T0 + 3_000_000 + k * 20_000  # pushes every 20 s from 23:50 to 00:05
+    context = ClientTelemetryContext(push_interval_ms=20_000, request_context=None, received_ms=t + 5, node_id=0)
+    data = _push(client, k, t)
+    payload = ClientTelemetryPayload(
+        client_instance_id=None,
+        is_terminating=False,
+        content_type="application/x-protobuf",
+        compression_type=4,
+        compressed_size=len(data),
+        data=data,
+        resource_attributes={
+            "client_instance_id": f"id-{client}",
+            "client_id": f"producer-{client}",
+            "principal": f"User:u{client}",
+            "node_id": "0",
+        },
+        metrics_data=m.MetricsData.FromString(data),
+    )
+    return telemetry_record(context, payload)
+
+
+PUSHES = 45
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data_dir = tmp_path_factory.mktemp("data")
+    for shard in (0, 1):
+        root = data_dir / "shards" / str(shard)
+        with ArchiveWriter(root, "telemetry", writer_id=f"s{shard}") as writer:
+            for client in (shard, shard + 2):
+                for k in range(PUSHES):
+                    writer.append(_record(client, k))
+                    if k % 10 == 9:
+                        writer.flush()  # several batches per segment
+            writer.flush()
+        with ArchiveWriter(root, "throttle", writer_id=f"s{shard}") as writer:
+            for client in (shard, shard + 2):
+                for j in range(30):
+                    # client 2 asks again 100 ms after a 500 ms throttle: it ignores throttle_time_ms
+                    t = T0 + 3_000_000 + j * (100 if client == 2 else 2_000)
+                    labels = {
+                        "quota_type": "Produce",
+                        "user": f"u{client}",
+                        "client_id": f"producer-{client}",
+                        "throttle_time_ms": "500",
+                    }
+                    writer.append(ArchiveRecord(t, labels, b""))
+            writer.flush()
+    return data_dir
+
+
+def _roots(archive: Path) -> list[str]:
+    return [str(p) for p in sorted((archive / "shards").iterdir())]
+
+
+def _expected_rollups() -> dict[tuple, tuple]:
+    """The rollups computed plainly from the same pushes (see compact_telemetry's docstring)."""
+    points = defaultdict(list)  # (hour key, client, metric) -> [(time, received, attrs, value, temporality, start)]
+    for client in range(4):
+        for k in range(PUSHES):
+            record = _record(client, k)
+            hour = record.time_ms // 3_600_000
+            md = m.MetricsData.FromString(record.body)
+            for metric in md.resource_metrics[0].scope_metrics[0].metrics:
+                kind = metric.WhichOneof("data")
+                data = getattr(metric, kind)
+                temporality = {1: "delta", 2: "cumulative"}.get(getattr(data, "aggregation_temporality", 0))
+                for p in data.data_points:
+                    value = float(p.as_int) if p.WhichOneof("value") == "as_int" else p.as_double
+                    attrs = tuple((a.key, a.value.string_value) for a in p.attributes)
+                    points[(hour, f"id-{client}", metric.name)].append(
+                        (
+                            p.time_unix_nano // NS,
+                            record.time_ms,
+                            attrs,
+                            value,
+                            temporality,
+                            p.start_time_unix_nano // NS,
+                        )
+                    )
+    out = {}
+    for (hour, client, metric), pts in points.items():
+        increases = {}
+        series = defaultdict(list)
+        for pt in pts:
+            series[pt[2]].append(pt)
+        for s in series.values():
+            s.sort(key=lambda x: (x[0], x[1]))
+            prev = None
+            for pt in s:
+                if pt[4] != "cumulative":
+                    inc = pt[3]
+                elif prev is None:
+                    inc = None
+                elif pt[3] < prev[3] or pt[5] != prev[5]:
+                    inc = pt[3]
+                else:
+                    inc = pt[3] - prev[3]
+                increases[id(pt)] = inc
+                prev = pt
+        buckets = defaultdict(list)
+        for pt in pts:
+            buckets[pt[0] - pt[0] % 60_000].append(pt)
+        for bucket, bpts in buckets.items():
+            values = [p[3] for p in bpts]
+            incs = [increases[id(p)] for p in bpts if increases[id(p)] is not None]
+            last = max(bpts, key=lambda p: (p[0], p[1], p[3]))[3]
+            out[(hour, client, metric, bucket)] = (
+                len(values),
+                min(values),
+                max(values),
+                sum(incs) if incs else None,
+                last,
+            )
+    return out
+
+
+def test_points_and_rollups_match_a_plain_computation(spark, archive: Path, tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    result = compact_telemetry(spark, _roots(archive), out)
+    assert result.errors == ()
+    points = spark.read.parquet(result.points_dir)
+    # 4 clients x 45 pushes x (1 gauge + 2 counter points + 1 delta)
+    assert points.count() == result.points == 4 * PUSHES * 4
+    assert {(r.date.isoformat(), r.hour) for r in points.select("date", "hour").distinct().collect()} == {
+        ("2023-11-14", 23),
+        ("2023-11-15", 0),
+    }
+    row = points.where("metric = 'org.apache.kafka.producer.record.send.total'").first()
+    assert row.type == "sum" and row.temporality == "cumulative" and row.monotonic is True
+    assert set(row.attributes) == {"node.id"} and row.labels["push_interval_ms"] == "20000"
+    assert row.principal.startswith("User:") and row.client_id.startswith("producer-")
+
+    got = {}
+    for r in spark.read.parquet(result.rollups_dir).collect():
+        hour = (r.date.toordinal() - 719163) * 24 + r.hour
+        got[(hour, r.client_instance_id, r.metric, r.bucket_ms)] = (r["count"], r["min"], r["max"], r["sum"], r["last"])
+    assert got == _expected_rollups()
+
+    # idempotent: the same input again leaves the same tables
+    before = sorted(map(tuple, spark.read.parquet(result.rollups_dir).collect()))
+    compact_telemetry(spark, _roots(archive), out)
+    assert spark.read.parquet(result.points_dir).count() == result.points
+    assert sorted(map(tuple, spark.read.parquet(result.rollups_dir).collect())) == before
+
+
+def test_corrupt_segment_is_named_and_skipped(spark, archive: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(archive, copy)
+    segment = sorted((copy / "shards" / "0" / "telemetry").rglob("*.seg"))[0]
+    data = bytearray(segment.read_bytes())
+    data[60] ^= 0xFF  # inside the first batch, with valid batches after it: corruption, not a torn tail
+    segment.write_bytes(bytes(data))
+    result = compact_telemetry(spark, _roots(copy), str(tmp_path / "out"))
+    assert [path.rsplit("/", 1)[-1] for path, _ in result.errors] == [segment.name]
+    clients = {
+        r.client_instance_id for r in spark.read.parquet(result.points_dir).select("client_instance_id").collect()
+    }
+    assert {"id-1", "id-3"} <= clients  # shard 1's segments all kept
+
+
+def test_bad_input(spark, tmp_path: Path) -> None:
+    with pytest.raises(JobInputError, match="no archive root"):
+        compact_telemetry(spark, [str(tmp_path / "missing")], str(tmp_path / "out"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(JobInputError, match="no telemetry segments"):
+        compact_telemetry(spark, [str(tmp_path / "empty")], str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_throttle_report_names_silent_and_ignoring_clients(spark, archive: Path, tmp_path: Path) -> None:
+    telemetry = compact_telemetry(spark, _roots(archive), str(tmp_path / "t"))
+    report = throttle_report(spark, _roots(archive), telemetry.points_dir, str(tmp_path / "report"))
+    assert report.errors == ()
+    assert report.decisions == 4 * 30
+    assert report.silent_clients == (("u1", "producer-1"),)
+    assert report.ignoring_clients == (("u2", "producer-2"),)
+    minutes = spark.read.parquet(report.minutes_dir)
+    assert {r.verdict for r in minutes.where("user = 'u0'").collect()} == {"reports_throttle"}
