@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
+import confluent_kafka
 from quotaplane.services.frontend import (
     ApiVersionsResponse,
     GetTelemetrySubscriptionsResponse,
@@ -33,8 +33,6 @@ from quotaplane.services.frontend import (
 )
 
 from quotaplane.kafka_uuid import Uuid
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
 
 INSTANCE = Uuid(bytes(range(1, 17)))
 

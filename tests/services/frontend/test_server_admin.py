@@ -11,12 +11,11 @@ sent through the admin client's own connection manager, so the bytes are still a
 
 from __future__ import annotations
 
+import confluent_kafka.admin as confluent_admin
+import kafka.admin as kafka_admin
 import pytest
 
 from .conftest import Running
-
-confluent_admin = pytest.importorskip("confluent_kafka.admin")
-kafka_admin = pytest.importorskip("kafka.admin")
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import sys
 import textwrap
 from typing import Any
 
+import confluent_kafka
 import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from quotaplane.services.frontend import (
@@ -29,8 +30,6 @@ from quotaplane.services.frontend import (
 from quotaplane.kafka_uuid import ZERO_UUID
 
 from .conftest import Running, WireClient, wait_until
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
 
 SUBSCRIPTION = "frontend-test"
 BROKER_LABELS = {
@@ -213,3 +212,37 @@ def test_pushing_faster_than_the_interval_is_throttling_quota_exceeded(subscribe
         assert subscribed.frontend.stats.responses[72, 89] >= 1
     finally:
         client.close()
+
+
+def test_spark_compacts_what_real_clients_pushed(subscribed: Running, spark: Any, tmp_path: Any) -> None:
+    """Issue 8's check on real pushes: librdkafka -> frontend -> shards' archive -> compact-telemetry, the
+    points and rollups agreeing with a plain decode of the same archive records."""
+    from collections import Counter
+
+    from quotaplane.spark import compact_telemetry
+
+    running = subscribed
+    finish(start_client(running, "producer", 2.5, "qp-spark"))
+    assert wait_until(
+        lambda: any(r.labels.get("terminating") == "true" for r in by_client(running.archived(), "qp-spark"))
+    )
+    expected: Counter[str] = Counter()
+    for record in by_client(running.archived(), "qp-spark"):
+        data = metrics_pb2.MetricsData.FromString(record.body)
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    expected[metric.name] += len(getattr(metric, metric.WhichOneof("data")).data_points)
+    assert expected
+
+    roots = [str(p) for p in sorted((running.cluster.data_dir / "shards").glob("*"))]
+    compact_telemetry(spark, roots, str(tmp_path / "tables"))
+    points = spark.read.parquet(str(tmp_path / "tables" / "points")).where("client_id = 'qp-spark'")
+    got = Counter(
+        {row["metric"]: row["n"] for row in points.groupBy("metric").count().withColumnRenamed("count", "n").collect()}
+    )
+    assert got == expected
+    rollups = spark.read.parquet(str(tmp_path / "tables" / "rollups"))
+    instance = {r.labels["client_instance_id"] for r in by_client(running.archived(), "qp-spark")}
+    mine = rollups.where(rollups.client_instance_id.isin(list(instance)))
+    assert sum(row["count"] for row in mine.select("count").collect()) == sum(expected.values())
