@@ -103,6 +103,8 @@ NODE_METRIC_TAG = "node"
 _MAX_INT32 = 2**31 - 1
 _MAX_ATTEMPT_ID = 2**63 - 1
 _LISTENER_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+#: Fields of an item, by its op.
+_ITEM_FIELDS = {"admit": 6, "release": 5, "abandon": 4}
 _LISTENER_PREFIX = "listener.name."
 _LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
 _CONNECTION_KEYS = ("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides")
@@ -301,11 +303,11 @@ class ConnectionHost:
         if not isinstance(item, tuple) or not item:
             raise ValueError(f"expected a tuple starting with 'admit', 'release' or 'abandon', got {item!r}")
         op = item[0]
-        shapes = {"admit": 6, "release": 5, "abandon": 4}
-        if op not in shapes:
+        fields = _ITEM_FIELDS.get(op)
+        if fields is None:
             raise ValueError(f"unknown op {op!r}; expected 'admit', 'release' or 'abandon'")
-        if len(item) != shapes[op]:
-            raise ValueError(f"{op} takes {shapes[op]} fields, got {len(item)}")
+        if len(item) != fields:
+            raise ValueError(f"{op} takes {fields} fields, got {len(item)}")
         node_id = _int(item[1], "node_id", 0, _MAX_INT32)
         _int(item[-1], "now_ms", 0, _MAX_ATTEMPT_ID)
         if op == "abandon":

@@ -218,7 +218,8 @@ class ShardActor:
         }
 
     def _throttles_dropped(self) -> int:
-        stats = self.throttles.stats() if self.throttles is not None else {}
+        assert self.throttles is not None
+        stats = self.throttles.stats()
         return int(stats.get("dropped_by_rate", 0)) + int(stats.get("dropped", 0))
 
     # --- the hot path ----------------------------------------------------------------------------------

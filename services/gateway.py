@@ -649,10 +649,7 @@ class Gateway:
             self._check_name(index, "user", item.user, allow_empty=False)
             if not 0 <= item.producer_id <= _MAX_PRODUCER_ID:
                 raise InvalidArgument(f"item {index}: producer_id must be >= 0, got {item.producer_id}")
-            t = item.now_ms if item.HasField("now_ms") else now_ms
-            if t < 0:
-                raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
-            items.append((item.user, item.producer_id, t))
+            items.append((item.user, item.producer_id, self._item_time(index, item, now_ms)))
         return items
 
     # --- admission -------------------------------------------------------------------------------------
@@ -772,20 +769,17 @@ class Gateway:
         items: list[Any],
         keys: Sequence[str],
         *,
-        fenced: bool = False,
         wait_s: float = 0.0,
         sizes: Sequence[int] | None = None,
     ) -> tuple[int, list[Any]]:
         """Serve ``items`` of ``kind`` on the shards owning ``keys`` (one per item): micro-batched per shard
         with everything else queued for it, ``ShardActor.serve_at(kind, offset, items)`` on each, and
         ``(config offset, results in the items' order)`` back. For kinds keyed without config (a user, a
-        node, a client instance id); ``fenced`` kinds are routed by metric tags (``submit``).
+        node, a client instance id); fenced kinds are routed by metric tags (``submit``).
         ``sizes`` (bytes per item) bounds the bytes of one shard call (``max_shard_batch_bytes``).
         Raises Unavailable / Exhausted (after waiting ``wait_s`` for room)."""
         if len(keys) != len(items):
             raise ValueError(f"{len(items)} items but {len(keys)} keys")
-        if fenced:
-            raise ValueError("fenced kinds are routed by their metric tags: use submit()")
         fixed = list(keys)
 
         def route(_items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:

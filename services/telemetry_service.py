@@ -218,7 +218,9 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
     def PushTelemetry(self, request: pb.PushTelemetryBatch, context: grpc.ServicerContext) -> pb.PushTelemetryResults:
         gateway = self.gateway
         items, keys = push_items(gateway, request, gateway.clock())
-        sizes = [len(r.metrics) for r in request.requests]  # one actor call carries a bounded number of bytes
+        # one actor call carries a bounded number of bytes; measured on the items: each read of a protobuf
+        # bytes field copies the payload (up to telemetry.max.bytes)
+        sizes = [len(item[5]) for item in items]
         offset, results = gateway.dispatch(TELEMETRY_KIND, items, keys, sizes=sizes)
         return pb.PushTelemetryResults(
             batch_id=request.batch_id, results=[_push_result(r) for r in results], config_offset=offset

@@ -164,7 +164,11 @@ async def _admit(server: FrontendServer, ip: str) -> tuple[bool, bool]:
                     conn_pb.ReleaseItem(node_id=config.node_id, attempt_id=result.attempt_id, now_ms=_wall_ms())
                 )
             return False, False
-        await asyncio.sleep(result.throttle_ms / 1000 if result.throttle_ms > 0 else _SLOT_POLL_S)
+        left_s = config.max_admission_wait_s - (time.monotonic() - started)
+        # never past the admission limit: a long throttle is cut short, then abandoned on the next round
+        await asyncio.sleep(
+            max(0.0, min(left_s, result.throttle_ms / 1000 if result.throttle_ms > 0 else _SLOT_POLL_S))
+        )
         item = conn_pb.AdmitItem(
             node_id=config.node_id,
             listener=config.listener_name,
@@ -228,19 +232,18 @@ async def _cleanup(server: FrontendServer, state: ConnectionState | None, ip: st
     backend = server.backend
     config = server.config
     waits = []
+    now_ms = _wall_ms()
     if counted:
         waits.append(
             backend.release_batcher.submit(
-                conn_pb.ReleaseItem(node_id=config.node_id, listener=config.listener_name, ip=ip, now_ms=_wall_ms())
+                conn_pb.ReleaseItem(node_id=config.node_id, listener=config.listener_name, ip=ip, now_ms=now_ms)
             )
         )
     if state is not None:
         for raw in state.instances:
             waits.append(
                 backend.disconnect_batcher.submit(
-                    tele_pb.ClientDisconnected(
-                        connection_id=state.connection_id, client_instance_id=raw, now_ms=_wall_ms()
-                    )
+                    tele_pb.ClientDisconnected(connection_id=state.connection_id, client_instance_id=raw, now_ms=now_ms)
                 )
             )
     for result in await asyncio.gather(*waits, return_exceptions=True):

@@ -267,6 +267,7 @@ class FrontendServer:
         self._thread = threading.Thread(target=run, name=f"frontend-{self._frontend_id}", daemon=True)
         self._thread.start()
         if not ready.wait(timeout_s):
+            self.close(5.0)  # do not leave the loop thread (and its channels) behind
             raise OSError(f"the Kafka frontend did not start within {timeout_s:g} s")
         if failure:
             self._thread.join(5)
