@@ -49,6 +49,9 @@ class DecodedRequest(NamedTuple):
     api_key: int
     api_version: int
     body: Any
+    #: bytes after the body, ignored as Kafka ignores them (librdkafka 2.16's Metadata v12 for all topics
+    #: ends with three such bytes)
+    trailing_bytes: int = 0
 
 
 class DecodedResponse(NamedTuple):
@@ -116,8 +119,9 @@ def decode_request(frame: Buffer) -> DecodedRequest:
     """Decode one request frame (without its int32 size prefix): header, then body.
 
     Raises ``UnsupportedRequestError`` for an API key or version without a schema, and
-    ``ProtocolError`` for anything malformed, including bytes left over after the body (see
-    the package docstring for an example).
+    ``ProtocolError`` for anything malformed (see the package docstring for an example). Bytes left
+    over after the body are not an error, as in Kafka (its request parser never looks past the body): a
+    real librdkafka sends some; ``trailing_bytes`` counts them.
     """
     try:
         api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
@@ -129,12 +133,7 @@ def decode_request(frame: Buffer) -> DecodedRequest:
     header_codec, body_codec = codecs
     header, pos = header_codec.decode(frame, 0)
     body, pos = body_codec.decode(frame, pos)
-    if pos != len(frame):
-        raise ProtocolError(
-            f"{body_codec.spec.name} v{api_version}: {len(frame) - pos} bytes left after the body"
-            f" (correlation id {correlation_id})"
-        )
-    return DecodedRequest(header, api_key, api_version, body)
+    return DecodedRequest(header, api_key, api_version, body, len(frame) - pos)
 
 
 def _unsupported(frame: Buffer, api_key: int, api_version: int, correlation_id: int) -> ProtocolError:

@@ -264,11 +264,19 @@ def test_unknown_api_key() -> None:
     assert info.value.header == RequestHeader(0, 9, 4, None)
 
 
-def test_trailing_bytes_are_refused() -> None:
+def test_trailing_bytes_are_ignored_as_kafka_ignores_them() -> None:
     frame = encode_request(18, 0, 1, ApiVersionsRequest())[4:]
-    assert decode_request(frame).body == ApiVersionsRequest()
-    with pytest.raises(ProtocolError, match="1 bytes left"):
-        decode_request(frame + b"\x00")
+    assert decode_request(frame).trailing_bytes == 0
+    decoded = decode_request(frame + b"\x00")
+    assert decoded.body == ApiVersionsRequest() and decoded.trailing_bytes == 1
+
+
+def test_librdkafkas_metadata_v12_for_all_topics_decodes() -> None:
+    # captured from confluent-kafka 2.16.1 / librdkafka 2.16.0 list_topics(): three bytes after the body
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    decoded = decode_request(frame)
+    assert decoded.body == MetadataRequest(topics=None, allow_auto_topic_creation=False)
+    assert decoded.header.client_id == "rdkafka" and decoded.trailing_bytes == 3
 
 
 @pytest.mark.parametrize(
