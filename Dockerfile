@@ -1,0 +1,33 @@
+# One image for every role of quotaplane on Kubernetes: the Ray head and workers (the controller and shard
+# actors), the gateways and frontends (`quotaplane up --ray-address ...`) and the Spark jobs.
+#   docker build -t quotaplane:0.1.0 .
+# bookworm: its Java 17 runtime is what PySpark 3.5+ runs on (the job CronJobs use an embedded Spark).
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY quotaplane quotaplane
+COPY services services
+COPY actors actors
+COPY spark spark
+COPY protos protos
+RUN pip install . && rm -rf /src
+
+RUN groupadd --gid 1000 quotaplane \
+    && useradd --uid 1000 --gid 1000 --create-home --home-dir /home/quotaplane quotaplane \
+    && mkdir -p /data && chown quotaplane:quotaplane /data
+USER 1000:1000
+WORKDIR /home/quotaplane
+VOLUME ["/data"]
+
+# gateway 9094, admin 9093, Kafka frontend 9092, metrics 9464
+EXPOSE 9092 9093 9094 9464
+ENTRYPOINT ["quotaplane"]
+CMD ["up", "--data-dir", "/data", "--host", "0.0.0.0"]

@@ -1,0 +1,223 @@
+{{/* Names */}}
+{{- define "quotaplane.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "quotaplane.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "quotaplane.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "quotaplane.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component: include "quotaplane.selectorLabels" (list . "gateway") */}}
+{{- define "quotaplane.selectorLabels" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ include "quotaplane.name" $ }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "quotaplane.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* KubeRay names the head's Service <cluster>-head-svc */}}
+{{- define "quotaplane.rayAddress" -}}
+{{ include "quotaplane.fullname" . }}-head-svc:{{ .Values.ray.gcsPort }}
+{{- end -}}
+
+{{- define "quotaplane.claimName" -}}
+{{- .Values.persistence.existingClaim | default (printf "%s-data" (include "quotaplane.fullname" .)) -}}
+{{- end -}}
+
+{{- define "quotaplane.saslSecret" -}}
+{{- .Values.sasl.existingSecret | default (printf "%s-sasl" (include "quotaplane.fullname" .)) -}}
+{{- end -}}
+
+{{/* The data volume: the event log and the archives */}}
+{{- define "quotaplane.dataVolume" -}}
+- name: data
+{{- if .Values.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "quotaplane.claimName" . }}
+{{- else }}
+  emptyDir: {}
+{{- end }}
+{{- end -}}
+
+{{/*
+A gateway or frontend pod: `quotaplane up --ray-address` beside a raylet (a Ray driver needs a raylet on its own
+node; this one offers no CPUs), after the head's bootstrap `up` has created the detached actors, so this `up`
+finds them by name. Its DATA_DIR is a pod-local emptyDir (`up` locks it); the actors keep their data on the Ray
+pods' volume at the same path. Call with (list . "gateway" $values $extraArgs).
+*/}}
+{{- define "quotaplane.upPod" -}}
+{{- $ := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $v := index . 2 -}}
+{{- $extra := index . 3 -}}
+metadata:
+  labels:
+    {{- include "quotaplane.labels" $ | nindent 4 }}
+    app.kubernetes.io/component: {{ $component }}
+  annotations:
+    checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") $ | sha256sum }}
+    {{- if $.Values.metrics.annotations }}
+    prometheus.io/scrape: "true"
+    prometheus.io/port: {{ $.Values.ports.metrics | quote }}
+    prometheus.io/path: /metrics
+    {{- end }}
+spec:
+  {{- with $.Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $.Values.podSecurityContext | nindent 4 }}
+  terminationGracePeriodSeconds: 30
+  initContainers:
+    - name: wait-for-bootstrap
+      image: {{ include "quotaplane.image" $ }}
+      imagePullPolicy: {{ $.Values.image.pullPolicy }}
+      command: ["python", "-c"]
+      args:
+        - |
+          import sys, time, grpc
+          from grpc_health.v1 import health_pb2, health_pb2_grpc
+          target = "{{ include "quotaplane.fullname" $ }}-bootstrap:{{ $.Values.ports.admin }}"
+          while True:
+              try:
+                  with grpc.insecure_channel(target) as ch:
+                      r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=3)
+                  if r.status == health_pb2.HealthCheckResponse.SERVING:
+                      sys.exit(0)
+              except grpc.RpcError:
+                  pass
+              print("waiting for the controller and shards at", target, flush=True)
+              time.sleep(3)
+      securityContext:
+        {{- toYaml $.Values.securityContext | nindent 8 }}
+      resources:
+        requests: {cpu: 10m, memory: 64Mi}
+        limits: {cpu: 200m, memory: 256Mi}
+    - name: raylet
+      image: {{ include "quotaplane.image" $ }}
+      imagePullPolicy: {{ $.Values.image.pullPolicy }}
+      # a native sidecar: started before `up`, stopped after it
+      restartPolicy: Always
+      command: ["sh", "-c"]
+      args:
+        - exec ray start --address="$QUOTAPLANE_RAY_ADDRESS" --num-cpus=0 --num-gpus=0 --object-store-memory=100000000 --block
+      envFrom:
+        - configMapRef:
+            name: {{ include "quotaplane.fullname" $ }}
+      securityContext:
+        {{- toYaml $.Values.securityContext | nindent 8 }}
+      volumeMounts:
+        - {name: ray-tmp, mountPath: /tmp/ray}
+      startupProbe:
+        exec:
+          command: ["sh", "-c", "test -S /tmp/ray/session_latest/sockets/raylet"]
+        periodSeconds: 2
+        failureThreshold: 60
+      livenessProbe:
+        exec:
+          command: ["sh", "-c", "ray health-check --address \"$QUOTAPLANE_RAY_ADDRESS\""]
+        periodSeconds: 30
+        timeoutSeconds: 10
+        failureThreshold: 3
+      resources:
+        {{- toYaml $.Values.raylet.resources | nindent 8 }}
+  containers:
+    - name: up
+      image: {{ include "quotaplane.image" $ }}
+      imagePullPolicy: {{ $.Values.image.pullPolicy }}
+      args:
+        - up
+        - --ray-address=$(QUOTAPLANE_RAY_ADDRESS)
+        - --data-dir=$(QUOTAPLANE_DATA_DIR)
+        - --shards=$(QUOTAPLANE_SHARDS)
+        - --host=0.0.0.0
+        - --admin-port={{ $.Values.ports.admin }}
+        - --gateway-port={{ $.Values.ports.gateway }}
+        - --metrics-port={{ $.Values.ports.metrics }}
+        {{- range $extra }}
+        - {{ . | quote }}
+        {{- end }}
+      envFrom:
+        - configMapRef:
+            name: {{ include "quotaplane.fullname" $ }}
+      ports:
+        - {name: admin, containerPort: {{ $.Values.ports.admin }}}
+        - {name: gateway, containerPort: {{ $.Values.ports.gateway }}}
+        - {name: metrics, containerPort: {{ $.Values.ports.metrics }}}
+        {{- if eq $component "frontend" }}
+        - {name: kafka, containerPort: {{ $.Values.ports.kafka }}}
+        {{- end }}
+      securityContext:
+        {{- toYaml $.Values.securityContext | nindent 8 }}
+      volumeMounts:
+        - {name: local-data, mountPath: {{ $.Values.dataDir }}}
+        - {name: ray-tmp, mountPath: /tmp/ray}
+        {{- if and (eq $component "frontend") $.Values.sasl.enabled }}
+        - {name: sasl, mountPath: /etc/quotaplane/sasl, readOnly: true}
+        {{- end }}
+      startupProbe:
+        grpc:
+          port: {{ $.Values.ports.admin }}
+        periodSeconds: 3
+        failureThreshold: 60
+      livenessProbe:
+        grpc:
+          port: {{ $.Values.ports.admin }}
+        periodSeconds: 15
+        timeoutSeconds: 5
+        failureThreshold: 4
+      readinessProbe:
+        grpc:
+          port: {{ $.Values.ports.gateway }}
+          service: quotaplane.v1.QuotaService
+        periodSeconds: 5
+        timeoutSeconds: 3
+      resources:
+        {{- toYaml $v.resources | nindent 8 }}
+  volumes:
+    - {name: local-data, emptyDir: {}}
+    - {name: ray-tmp, emptyDir: {}}
+    {{- if and (eq $component "frontend") $.Values.sasl.enabled }}
+    - name: sasl
+      secret:
+        secretName: {{ include "quotaplane.saslSecret" $ }}
+    {{- end }}
+  {{- with $v.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $v.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  affinity:
+    {{- if $v.affinity }}
+    {{- toYaml $v.affinity | nindent 4 }}
+    {{- else }}
+    podAntiAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+        - weight: 100
+          podAffinityTerm:
+            topologyKey: kubernetes.io/hostname
+            labelSelector:
+              matchLabels:
+                {{- include "quotaplane.selectorLabels" (list $ $component) | nindent 18 }}
+    {{- end }}
+{{- end -}}
