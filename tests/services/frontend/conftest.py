@@ -79,7 +79,10 @@ class Running:
 
 
 @pytest.fixture(scope="package")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+def running(tmp_path_factory: pytest.TempPathFactory, spark: object) -> Iterator[Running]:
+    """The cluster with its frontend. It asks for the session's ``spark`` first: PySpark forks the JVM
+    launcher from this process, and a fork while this cluster's gRPC calls are in flight crashed the child
+    (gRPC skips its fork handlers then: SIGSEGV, JAVA_GATEWAY_EXITED), so Spark starts before any of them."""
     from quotaplane.services.launcher import launch
 
     root = Path(tmp_path_factory.mktemp("frontend")) / "d"
