@@ -251,7 +251,7 @@ class ShardActor:
     def record_producer_ids(self, items: Sequence[ProducerIdItem], now_ms: int) -> list[int]:
         """KIP-936: ``(user, producer_id[, now_ms])`` items; the throttle time of each in ms."""
         _check_batch(items)
-        return self.producer_ids.record_batch(items, now_ms)
+        return self._record_producer_ids(items, now_ms)
 
     # --- the gateway's path: one entry point, fenced by config offset ------------------------------------
     def serve_at(self, kind: str, config_offset: int, items: Sequence[Any]) -> tuple[int, list[Any] | None]:
@@ -387,14 +387,21 @@ class ShardActor:
             results.append((throttle_ms, accepted))
         return results
 
-    def _serve_producer_ids(self, items: Sequence[ProducerIdItem]) -> list[int]:
-        """KIP-936 ``(user, producer_id, now_ms)`` items; the throttle time of each in ms."""
+    def _serve_producer_ids(self, items: Sequence[tuple[str, int, int]]) -> list[int]:
+        """KIP-936 ``(user, producer_id, now_ms)`` items from the gateway (each carries its time; the core
+        checks every item, this only needs the first to have one)."""
         first = items[0]
-        now_ms = first[2] if type(first) is tuple and len(first) == 3 and type(first[2]) is int else 0
+        if type(first) is not tuple or len(first) != 3:
+            raise ValueError(f"item 0: expected (user, producer_id, now_ms), got {first!r}")
+        return self._record_producer_ids(items, first[2])
+
+    def _record_producer_ids(self, items: Sequence[ProducerIdItem], now_ms: int) -> list[int]:
+        """The core's batch, and each non-zero throttle archived (one path for both entry points)."""
         throttles = self.producer_ids.record_batch(items, now_ms)
         for item, throttle_ms in zip(items, throttles, strict=True):
             if throttle_ms > 0:
-                self._archive_throttle(item[2] if len(item) == 3 else now_ms, "ProducerIds", item[0], "", throttle_ms)
+                at = item[2] if len(item) == 3 else now_ms
+                self._archive_throttle(at, "ProducerIds", item[0], "", throttle_ms)
         return throttles
 
     def housekeeping(self, now_ms: int) -> dict[str, int]:

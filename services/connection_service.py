@@ -44,21 +44,6 @@ class ConnectionServicer(connection_pb2_grpc.ConnectionServiceServicer):
         self.gateway = gateway
 
     # --- validation ------------------------------------------------------------------------------------
-    def _check_size(self, count: int) -> None:
-        if count == 0:
-            raise InvalidArgument("empty batch: send at least one item")
-        limit = self.gateway.config.max_batch_items
-        if count > limit:
-            raise InvalidArgument(f"batch of {count} items is over the limit of {limit}")
-
-    @staticmethod
-    def _now(index: int, item: Any, default_ms: int) -> int:
-        if not item.HasField("now_ms"):
-            return default_ms
-        if item.now_ms < 0:
-            raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {item.now_ms}")
-        return item.now_ms
-
     @staticmethod
     def _node(index: int, node_id: int) -> int:
         if node_id < 0:
@@ -86,24 +71,24 @@ class ConnectionServicer(connection_pb2_grpc.ConnectionServiceServicer):
 
     def admit_items(self, batch: pb.AdmitBatch, now_ms: int) -> list[tuple[Any, ...]]:
         """``("admit", node_id, listener, ip, attempt_id | None, now_ms)`` per item, every item checked first."""
-        self._check_size(len(batch.items))
+        self.gateway.check_size(len(batch.items))
         items = []
         seen: set[tuple[int, int]] = set()
         for index, item in enumerate(batch.items):
             node_id = self._node(index, item.node_id)
             listener = self._connection(index, item.listener, item.ip)
             attempt_id = self._attempt(index, node_id, item.attempt_id, seen) if item.HasField("attempt_id") else None
-            items.append(("admit", node_id, listener, item.ip, attempt_id, self._now(index, item, now_ms)))
+            items.append(("admit", node_id, listener, item.ip, attempt_id, self.gateway.item_time(index, item, now_ms)))
         return items
 
     def release_items(self, batch: pb.ReleaseBatch, now_ms: int) -> list[tuple[Any, ...]]:
         """``("release", node_id, listener, ip, now_ms)`` or ``("abandon", node_id, attempt_id, now_ms)``."""
-        self._check_size(len(batch.items))
+        self.gateway.check_size(len(batch.items))
         items: list[tuple[Any, ...]] = []
         seen: set[tuple[int, int]] = set()
         for index, item in enumerate(batch.items):
             node_id = self._node(index, item.node_id)
-            t = self._now(index, item, now_ms)
+            t = self.gateway.item_time(index, item, now_ms)
             if item.HasField("attempt_id"):
                 if item.listener or item.ip:
                     raise InvalidArgument(

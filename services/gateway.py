@@ -517,7 +517,8 @@ class Gateway:
                     self.on_config_health(False)
 
     # --- validation ------------------------------------------------------------------------------------
-    def _check_size(self, count: int) -> None:
+    def check_size(self, count: int) -> None:
+        """INVALID_ARGUMENT for an empty batch or one over ``max_batch_items`` (every servicer's first check)."""
         if count == 0:
             raise InvalidArgument("empty batch: send at least one item")
         if count > self.config.max_batch_items:
@@ -533,7 +534,7 @@ class Gateway:
 
     def usage_items(self, batch: pb.UsageBatch, now_ms: int) -> list[tuple[str, str, str, float, int]]:
         """The batch's items as ``(type, user, client_id, value, now_ms)``, every item checked first."""
-        self._check_size(len(batch.items))
+        self.check_size(len(batch.items))
         items = []
         append = items.append
         max_name = self.config.max_name_length
@@ -552,7 +553,8 @@ class Gateway:
             append((_TYPE_NAMES[quota_type], user, client_id, value, t))
         return items
 
-    def _item_time(self, index: int, item: Any, now_ms: int) -> int:
+    def item_time(self, index: int, item: Any, now_ms: int) -> int:
+        """The item's ``now_ms`` if it set one, else ``now_ms``; INVALID_ARGUMENT if negative."""
         t = item.now_ms if item.HasField("now_ms") else now_ms
         if t < 0:
             raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
@@ -563,14 +565,14 @@ class Gateway:
     ) -> tuple[list[tuple[str, str, int, int, bool, int]], list[tuple[str, str, str]]]:
         """``(user, client_id, request nanos, network nanos, exempt, now_ms)`` per item, and what to resolve
         each by: ``("REQUEST", user, client_id)`` (an exempt item goes to the one exempt sensor)."""
-        self._check_size(len(batch.items))
+        self.check_size(len(batch.items))
         items, tags = [], []
         for index, item in enumerate(batch.items):
             self._check_name(index, "user", item.user, allow_empty=False)
             self._check_name(index, "client_id", item.client_id, allow_empty=True)
             if item.request_thread_time_nanos < 0 or item.network_thread_time_nanos < 0:
                 raise InvalidArgument(f"item {index}: thread times must be >= 0 nanoseconds")
-            t = self._item_time(index, item, now_ms)
+            t = self.item_time(index, item, now_ms)
             items.append(
                 (
                     item.user,
@@ -589,7 +591,7 @@ class Gateway:
     ) -> tuple[list[tuple[str, str, bool, tuple[float, ...], int]], list[tuple[str, str, str]]]:
         """``(user, client_id, strict, permits, now_ms)`` per item, and ``("CONTROLLER_MUTATION", user,
         client_id)`` to resolve each by."""
-        self._check_size(len(batch.items))
+        self.check_size(len(batch.items))
         items, tags = [], []
         for index, item in enumerate(batch.items):
             self._check_name(index, "user", item.user, allow_empty=False)
@@ -603,7 +605,7 @@ class Gateway:
             permits = tuple(item.permits)
             if not all(0.0 <= p < math.inf for p in permits):
                 raise InvalidArgument(f"item {index}: permits must be finite numbers >= 0")
-            t = self._item_time(index, item, now_ms)
+            t = self.item_time(index, item, now_ms)
             items.append((item.user, item.client_id, item.mode == pb.STRICT, permits, t))
             tags.append(("CONTROLLER_MUTATION", item.user, item.client_id))
         return items, tags
@@ -612,7 +614,7 @@ class Gateway:
         self, batch: pb.ReplicationBatch, now_ms: int
     ) -> tuple[list[tuple[int, str, str, int, float, int]], list[str]]:
         """``(node_id, type, topic, partition, record_bytes, now_ms)`` per item, keyed by node."""
-        self._check_size(len(batch.items))
+        self.check_size(len(batch.items))
         items, keys = [], []
         for index, item in enumerate(batch.items):
             if item.node_id < 0:
@@ -625,7 +627,7 @@ class Gateway:
                 raise InvalidArgument(f"item {index}: partition must be >= 0, got {item.partition}")
             if not 0.0 <= item.record_bytes < math.inf:
                 raise InvalidArgument(f"item {index}: record_bytes must be a finite number >= 0")
-            t = self._item_time(index, item, now_ms)
+            t = self.item_time(index, item, now_ms)
             items.append((item.node_id, type_name, item.topic, item.partition, item.record_bytes, t))
             keys.append(f"replication:{item.node_id}")
         return items, keys
@@ -643,13 +645,13 @@ class Gateway:
         return route
 
     def producer_id_items(self, batch: pb.ProducerIdBatch, now_ms: int) -> list[tuple[str, int, int]]:
-        self._check_size(len(batch.items))
+        self.check_size(len(batch.items))
         items = []
         for index, item in enumerate(batch.items):
             self._check_name(index, "user", item.user, allow_empty=False)
             if not 0 <= item.producer_id <= _MAX_PRODUCER_ID:
                 raise InvalidArgument(f"item {index}: producer_id must be >= 0, got {item.producer_id}")
-            items.append((item.user, item.producer_id, self._item_time(index, item, now_ms)))
+            items.append((item.user, item.producer_id, self.item_time(index, item, now_ms)))
         return items
 
     # --- admission -------------------------------------------------------------------------------------
