@@ -59,6 +59,8 @@ from quotaplane.config import (
     encode_events,
 )
 
+from ._resources import check_resources
+
 __all__ = [
     "DEFAULT_CONTROLLER_NAME",
     "ConfigController",
@@ -393,6 +395,10 @@ class ConfigController:
     def delete_segments_covered_by_snapshot(self) -> list[str]:
         return [str(p) for p in self._store.delete_segments_covered_by_snapshot()]
 
+    def node(self) -> str:
+        """The id (hex) of the Ray node this controller runs on (``ray.util.state`` and ``ray.nodes()`` use it)."""
+        return ray.get_runtime_context().get_node_id()
+
     def info(self) -> dict[str, Any]:
         """Liveness and identity: the process id changes when Ray restarts the actor."""
         return {
@@ -414,6 +420,7 @@ def start_controller(
     max_concurrency: int = 8,
     fsync: bool = True,
     segment_bytes: int = 16 * 1024 * 1024,
+    resources: Mapping[str, float] | None = None,
 ) -> Any:
     """The named ConfigController actor: the running one if ``name`` exists (``get_if_exists``: its data
     directory is kept, ``data_dir`` is then ignored), else a new one on ``data_dir``.
@@ -421,7 +428,13 @@ def start_controller(
     ``max_restarts=-1``: Ray restarts it after a crash and it reopens the same directory. Calls are not
     retried by Ray (``max_task_retries=0``): a write that was in flight may or may not be in the log, and
     the caller retries it with the same ``request_id`` to have it applied once.
+
+    Placement: it asks for no CPU, so by default Ray puts it on the node that creates it, and may restart
+    it on any node. ``resources`` (Ray custom resources, e.g. ``{"quotaplane_controller": 1}``) limits it,
+    and its restarts, to raylets that offer them: the ones with ``data_dir`` on them. A bad name or amount
+    is a ValueError. Ignored when the named controller runs already.
     """
+    checked = check_resources(resources, "controller resources")
     return _REMOTE_CONTROLLER.options(
         name=name,
         namespace=namespace,
@@ -431,6 +444,7 @@ def start_controller(
         max_task_retries=0,
         max_concurrency=max_concurrency,
         num_cpus=0,
+        **({} if checked is None else {"resources": checked}),
     ).remote(os.fspath(data_dir), fsync=fsync, segment_bytes=segment_bytes)
 
 

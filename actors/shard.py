@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import ray
@@ -54,6 +54,7 @@ from quotaplane.quota import (
 from ._connection_host import ConnectionHost
 from ._follower import ConfigFollower, ray_get
 from ._replication_host import ReplicationHost
+from ._resources import check_resources
 from ._telemetry_host import TelemetryHost, archive_writer_id
 from ._throttle_archive import ThrottleArchive
 from .controller import wall_clock_ms
@@ -468,6 +469,10 @@ class ShardActor:
             "throttle_archive": None if self.throttles is None else self.throttles.stats(),
         }
 
+    def node(self) -> str:
+        """The id (hex) of the Ray node this shard runs on (``ray.util.state`` and ``ray.nodes()`` use it)."""
+        return ray.get_runtime_context().get_node_id()
+
     def client_quotas(self) -> dict[str, dict[str, float]]:
         """The image's client quotas, keyed by the entity's string form (for checks and tools)."""
         return {repr(entity): dict(values) for entity, values in self.image.client_quotas().items()}
@@ -513,10 +518,23 @@ def start_shard(
     catch_up_events: int = 10_000,
     data_dir: str | None = None,
     detached: bool = False,
+    resources: Mapping[str, float] | None = None,
+    spread: bool = False,
 ) -> Any:
     """A ShardActor named ``name`` (default ``quotaplane-shard-<shard_id>``; the running one if it
     exists), restarted by Ray after a crash (``max_restarts=-1``). Its name is what lets a restarted
-    controller find it again."""
+    controller find it again.
+
+    Placement: the shard asks for no CPU, so by default Ray puts it on the node that creates it.
+    ``resources`` (Ray custom resources, e.g. ``{"quotaplane_shard": 1}``) limits it, and its restarts, to
+    raylets that offer them; ``spread=True`` spreads shards over those nodes (``scheduling_strategy=
+    "SPREAD"``). A bad name or amount is a ValueError. Ignored for a shard that runs already."""
+    checked = check_resources(resources, "shard resources")
+    options: dict[str, Any] = {}
+    if checked is not None:
+        options["resources"] = checked
+    if spread:
+        options["scheduling_strategy"] = "SPREAD"
     return _REMOTE_SHARD.options(
         name=name if name is not None else f"quotaplane-shard-{shard_id}",
         namespace=namespace,
@@ -525,6 +543,7 @@ def start_shard(
         max_restarts=-1,
         max_task_retries=0,
         num_cpus=0,
+        **options,
     ).remote(shard_id, controller, node_id, catch_up_events=catch_up_events, data_dir=data_dir)
 
 

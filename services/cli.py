@@ -9,6 +9,9 @@ or 127.0.0.1:9093) and mirror Kafka's tools, so an operator's muscle memory carr
 - ``quotaplane quotas`` is ``kafka-configs.sh`` for client quotas (``--alter --add-config`` /
   ``--delete-config``, ``--describe``, ``--entity-type users|clients|ips``, ``--entity-name`` /
   ``--entity-default``), printing what kafka-configs.sh prints;
+- ``quotaplane configs`` is ``kafka-configs.sh`` for broker and topic configs (``--entity-type brokers``
+  with ``--entity-default`` or ``--entity-name ID``, ``--entity-type topics --entity-name NAME``); altering
+  a start-up key prints a note that it takes effect when the shards restart;
 - ``quotaplane client-metrics`` is ``kafka-client-metrics.sh`` (``--alter [--generate-name]``,
   ``--describe``, ``--delete``, ``--list``);
 - ``quotaplane log`` inspects the config event log: ``history`` of an entity or resource (who changed
@@ -436,6 +439,114 @@ def _run_client_metrics(parser: argparse.ArgumentParser, args: argparse.Namespac
     return 0
 
 
+def _config_additions(text: str | None) -> dict[str, str]:
+    """kafka-configs.sh's ``--add-config`` for broker and topic configs: ``k=v`` pairs, a value holding
+    commas in ``[...]`` with the brackets dropped (as kafka-configs.sh drops them); a repeated key keeps its
+    last value, as kafka-configs.sh's Properties do."""
+    additions: dict[str, str] = {}
+    for item in _split_configs(text or ""):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _CliError(
+                'Invalid entity config: all configs to be added must be in the format "key=val" or "key=[val1,val2]".'
+            )
+        additions[key.strip()] = value.replace("[", "").replace("]", "").strip()
+    return additions
+
+
+def _check_config_result(error_code: int, message: str) -> None:
+    """A resource's Kafka error as one line: the server's message (it names the config) and the error's name."""
+    if error_code:
+        from quotaplane.errors import Errors
+
+        try:
+            error = Errors(error_code).name
+        except ValueError:
+            error = f"Kafka error code {error_code}"
+        raise _CliError(f"{message} ({error})" if message else error)
+
+
+def _config_entity(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str]:
+    """The one (entity type, name) of ``quotaplane configs``: name "" is the brokers' cluster default."""
+    pairs = _entity_pairs(parser, args.entity_type, args.entity_names)
+    if not pairs:
+        parser.error("an entity type must be specified with --entity-type (brokers or topics)")
+    if len(pairs) > 1:
+        parser.error("only one --entity-type can be given")
+    [(entity_type, name)] = pairs
+    if name is None:
+        shown = "--entity-name or --entity-default" if entity_type == "brokers" else "--entity-name"
+        parser.error(f"an entity must be specified for --entity-type {entity_type}: give {shown}")
+    if entity_type == "topics" and not name:
+        parser.error("topics have no default entity: give --entity-name")
+    return entity_type, name
+
+
+def _run_configs(parser: argparse.ArgumentParser, args: argparse.Namespace, admin: _AdminClient) -> int:
+    from quotaplane.v1 import admin_pb2 as pb
+
+    entity_type, name = _config_entity(parser, args)
+    resource_type = pb.RESOURCE_TYPE_BROKER if entity_type == "brokers" else pb.RESOURCE_TYPE_TOPIC
+
+    def dynamic_configs() -> list:
+        """The configs set on the resource (for a node: its own, else the cluster default's)."""
+        resource = pb.DescribeConfigsRequest.DescribeConfigsResource(resource_type=resource_type, resource_name=name)
+        [result] = admin.DescribeConfigs(pb.DescribeConfigsRequest(resources=[resource])).results
+        _check_config_result(result.error_code, result.error_message)
+        return [c for c in result.configs if not c.is_default]
+
+    if args.describe:
+        if args.add_config or args.delete_config:
+            parser.error("--add-config and --delete-config are only valid with --alter")
+        configs = dynamic_configs()
+        if entity_type == "brokers" and not name:
+            print("Default configs for brokers in the cluster are:")
+        else:
+            print(f"Dynamic configs for {entity_type[:-1]} {name} are:")
+        for config in configs:
+            print(f"  {config.name}={config.value if config.HasField('value') else 'null'}")
+        return 0
+    if not args.add_config and not args.delete_config:
+        parser.error("At least one of --add-config or --delete-config must be specified with --alter")
+    additions = _config_additions(args.add_config)
+    deletions = [key.strip() for key in (args.delete_config or "").split(",") if key.strip()]
+    # as kafka-configs.sh: deleting a config the entity does not have is an error, not a silent no-op
+    if deletions:
+        present = {c.name for c in dynamic_configs()}
+        missing = [key for key in deletions if key not in present]
+        if missing:
+            raise _CliError(f"Invalid config(s): {','.join(missing)}")
+    Config = pb.IncrementalAlterConfigsRequest.AlterableConfig
+    configs = [Config(name=k, config_operation=pb.ALTER_CONFIG_OP_TYPE_SET, value=v) for k, v in additions.items()]
+    configs += [Config(name=k, config_operation=pb.ALTER_CONFIG_OP_TYPE_DELETE) for k in deletions]
+    resource = pb.IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=resource_type, resource_name=name, configs=configs
+    )
+    response = admin.IncrementalAlterConfigs(
+        pb.IncrementalAlterConfigsRequest(resources=[resource], request_id=str(uuid.uuid4()))
+    )
+    for result in response.responses:
+        _check_config_result(result.error_code, result.error_message)
+    if name:
+        print(f"Completed updating config for {entity_type[:-1]} {name}.")
+    else:
+        print(f"Completed updating default config for {entity_type} in the cluster.")
+    if entity_type == "brokers":
+        from quotaplane.config import BROKER_CONFIGS
+
+        # keys Kafka reads only at start-up (ConfigKeySpec.dynamic=False): logged now, applied when a shard
+        # rebuilds its managers (ManagerBinding.restart_required)
+        startup = [c.name for c in configs if (spec := BROKER_CONFIGS.get(c.name)) is not None and not spec.dynamic]
+        if startup:
+            subject = (
+                f"{startup[0]} is a start-up config"
+                if len(startup) == 1
+                else f"{', '.join(startup)} are start-up configs"
+            )
+            print(f"Note: {subject}: the change takes effect when the shards restart.")
+    return 0
+
+
 def _history_value(value: object) -> str:
     kind = value.WhichOneof("value")  # type: ignore[attr-defined]
     if kind is None:
@@ -575,6 +686,19 @@ def _add_admin_commands(commands: argparse._SubParsersAction) -> None:
     metrics.add_argument("--match", help="comma-separated selector=regex pairs, e.g. client_software_name=x")
     metrics.set_defaults(admin_handler=_run_client_metrics, admin_parser=metrics)
 
+    configs = commands.add_parser(
+        "configs", parents=[connection], help="alter and describe broker and topic configs (kafka-configs.sh)"
+    )
+    action = configs.add_mutually_exclusive_group(required=True)
+    action.add_argument("--alter", action="store_true", help="alter the configs of a broker or topic")
+    action.add_argument("--describe", action="store_true", help="describe the configs set on a broker or topic")
+    _add_entity_options(configs, ["brokers", "topics"])
+    configs.add_argument(
+        "--add-config", metavar="K=V,...", help="configs to set, e.g. max.connections=1000 (a list value: k=[a,b])"
+    )
+    configs.add_argument("--delete-config", metavar="K,...", help="config names to remove")
+    configs.set_defaults(admin_handler=_run_configs, admin_parser=configs)
+
     log_ = commands.add_parser("log", help="inspect the config event log")
     log_commands = log_.add_subparsers(dest="log_command", required=True, metavar="LOG_COMMAND")
     history = log_commands.add_parser(
@@ -671,6 +795,24 @@ def _add_up_command(commands: argparse._SubParsersAction) -> None:
         metavar="HOST:PORT",
         help="join this running Ray cluster (its GCS address, or 'auto') instead of starting a private one; "
         "the controller and shards are then detached and keep running after up stops",
+    )
+    # NAME[=AMOUNT] is parsed by the launcher, not argparse, so bad syntax is one `Error:` line
+    up.add_argument(
+        "--shard-resource",
+        action="append",
+        metavar="NAME[=AMOUNT]",
+        help="Ray custom resource each shard asks for (repeatable; amount default 1): shards run, and are "
+        "restarted, only on raylets offering it",
+    )
+    up.add_argument(
+        "--controller-resource",
+        action="append",
+        metavar="NAME[=AMOUNT]",
+        help="Ray custom resource the controller asks for (repeatable; amount default 1): it runs, and is "
+        "restarted, only on raylets offering it (those with its data volume)",
+    )
+    up.add_argument(
+        "--spread-shards", action="store_true", help="spread the shards over the Ray nodes (Ray's SPREAD strategy)"
     )
     up.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: TLS on the gRPC listeners")
     up.add_argument("--tls-key", metavar="PEM", help="the server certificate's private key (unencrypted)")
@@ -781,7 +923,7 @@ def _run_up(args: argparse.Namespace) -> int:
     import threading
 
     from quotaplane.services._security import exposure_warning
-    from quotaplane.services.launcher import LaunchError, launch
+    from quotaplane.services.launcher import LaunchError, launch, parse_resource_flags
 
     def say(line: str) -> None:
         print(f"quotaplane up: {line}", flush=True)
@@ -789,6 +931,8 @@ def _run_up(args: argparse.Namespace) -> int:
     try:
         security = _server_security(args)
         frontend_port, kafka_listener = _kafka_listener(args)
+        shard_resources = parse_resource_flags("--shard-resource", args.shard_resource)
+        controller_resources = parse_resource_flags("--controller-resource", args.controller_resource)
     except (ValueError, LaunchError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
@@ -808,6 +952,9 @@ def _run_up(args: argparse.Namespace) -> int:
             ray_address=args.ray_address,
             frontend_port=frontend_port,
             kafka_listener=kafka_listener,  # type: ignore[arg-type]
+            shard_resources=shard_resources,
+            controller_resources=controller_resources,
+            spread_shards=args.spread_shards,
         )
     except LaunchError as e:
         print(f"Error: {e}", file=sys.stderr)

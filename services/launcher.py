@@ -31,6 +31,10 @@ Why the details are as they are:
 - **The Kafka frontend** (``services/frontend``) runs in this process too, on its own event-loop thread,
   after the gateway (it is the gateway's client); it is stopped first, so its connections release their
   connection-quota counts while the gateway still answers.
+- **Placement** (``shard_resources``, ``controller_resources``, ``spread_shards``): Ray custom resources the
+  actors ask for, so Ray places them (and restarts them) only on raylets that offer them; see "Placement"
+  in docs/architecture.md. A private Ray offers them itself; a joined cluster that offers none of one is a
+  LaunchError at once, not an actor waiting forever for a node that will never come.
 - **Security** (``services/_security.py``): ``security`` puts TLS or mutual TLS on both gRPC listeners and
   operator authorization on the AdminService; the metrics endpoint stays plain HTTP (Prometheus scrapes
   it, and it changes nothing). This process holds no client certificate, so with TLS the readiness check
@@ -44,7 +48,9 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import json
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -52,7 +58,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +79,7 @@ __all__ = [
     "ClusterStatus",
     "LaunchError",
     "launch",
+    "parse_resource_flags",
     "ray_temp_dir_for",
 ]
 
@@ -97,6 +104,8 @@ _SOCKET_PATH_MAX = 107
 #: and a pid of up to 7 digits), ``sockets/`` and ``plasma_store`` with a possible ``.N`` suffix.
 _RAY_SOCKET_SUFFIX = "/session_2000-01-01_00-00-00_000000_4194304/sockets/plasma_store.99"
 _RAY_ENV = ("RAY_TMPDIR", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
+#: How much of each requested custom resource a private Ray offers (plenty: every actor asks for a little).
+_PRIVATE_RESOURCE_AMOUNT = 10_000
 
 
 class LaunchError(Exception):
@@ -125,6 +134,41 @@ def ray_temp_dir_for(data_dir: Path) -> Path | None:
     if len(os.fsencode(candidate)) + len(_RAY_SOCKET_SUFFIX) > _SOCKET_PATH_MAX:
         return None
     return candidate
+
+
+def parse_resource_flags(flag: str, values: Sequence[str] | None) -> dict[str, float] | None:
+    """``NAME[=AMOUNT]`` strings (a repeatable CLI flag; the amount defaults to 1) as a resources mapping,
+    None when there are none; bad syntax, a repeated name or a bad amount is a LaunchError naming ``flag``."""
+    from quotaplane.actors._resources import check_resources
+
+    if not values:
+        return None
+    resources: dict[str, float] = {}
+    for value in values:
+        name, sep, amount_text = value.partition("=")
+        name = name.strip()
+        if not name or (sep and not amount_text.strip()):
+            raise LaunchError(f"{flag} must be NAME or NAME=AMOUNT, got {value!r}")
+        try:
+            amount = float(amount_text) if sep else 1.0
+        except ValueError:
+            raise LaunchError(f"{flag} {value!r}: the amount must be a number, got {amount_text!r}") from None
+        if name in resources:
+            raise LaunchError(f"{flag} {name!r} is given twice")
+        resources[name] = amount
+    try:
+        return check_resources(resources, flag)
+    except ValueError as e:
+        raise LaunchError(str(e)) from None
+
+
+def _checked_resources(what: str, resources: Mapping[str, float] | None) -> dict[str, float] | None:
+    from quotaplane.actors._resources import check_resources
+
+    try:
+        return check_resources(resources, what)
+    except ValueError as e:
+        raise LaunchError(str(e)) from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -399,6 +443,9 @@ def launch(
     ray_address: str | None = None,
     frontend_port: int | None = None,
     kafka_listener: KafkaListener | None = None,
+    shard_resources: Mapping[str, float] | None = None,
+    controller_resources: Mapping[str, float] | None = None,
+    spread_shards: bool = False,
 ) -> Cluster:
     """Start everything and return once it answers; :class:`LaunchError` (one line) if it cannot.
 
@@ -417,6 +464,13 @@ def launch(
     frontend (``services/frontend/server.py``) as a gRPC client of the gateway and the AdminService, with
     ``kafka_listener``'s advertised address, node id, SASL, operators and TLS. The CLI's ``up`` passes
     9092; this function defaults to none so embedding it claims no Kafka port unasked.
+
+    ``shard_resources`` / ``controller_resources`` (Ray custom resources, e.g. ``{"quotaplane_shard": 1}``)
+    are asked for by each shard / the controller, so Ray places them, and restarts them, only on raylets
+    offering them; ``spread_shards`` spreads the shards over those nodes (Ray's ``SPREAD``). A private Ray
+    offers the named resources itself (10,000 of each); a joined cluster must offer them already (else a
+    LaunchError saying which raylets need ``ray start --resources=...``). They apply to actors this call
+    creates: a joined cluster's running controller and shards are used where they are.
     """
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise LaunchError(f"--shards must be a positive integer, got {shards!r}")
@@ -442,6 +496,8 @@ def launch(
         raise LaunchError(f"--frontend-port must differ from the admin, gateway and metrics ports, got {frontend_port}")
     if metrics_port and metrics_port in (admin_port, gateway_port):
         raise LaunchError(f"--metrics-port must differ from the admin and gateway ports, got {metrics_port}")
+    shard_resources = _checked_resources("--shard-resource", shard_resources)
+    controller_resources = _checked_resources("--controller-resource", controller_resources)
     say = say or (lambda _line: None)
     data_dir = Path(data_dir).absolute()
     lock_fd = _prepare_data_dir(data_dir)
@@ -494,14 +550,73 @@ def launch(
         _lock_fd=lock_fd,
     )
     try:
-        _start(cluster, shards=shards, num_cpus=num_cpus, fsync=fsync, ready_timeout_s=ready_timeout_s)
+        _start(
+            cluster,
+            shards=shards,
+            num_cpus=num_cpus,
+            fsync=fsync,
+            ready_timeout_s=ready_timeout_s,
+            shard_resources=shard_resources,
+            controller_resources=controller_resources,
+            spread_shards=bool(spread_shards),
+        )
     except BaseException:
         cluster.close(grace_s=0)
         raise
     return cluster
 
 
-def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, ready_timeout_s: float) -> None:
+def _private_resources(
+    shards: int, shard_resources: dict[str, float] | None, controller_resources: dict[str, float] | None
+) -> dict[str, float] | None:
+    """What a private Ray offers so the actors asking for custom resources fit on it: 10,000 of each name,
+    more if the actors together ask for more (a node offers whole numbers)."""
+    needed: dict[str, float] = {}
+    for name, amount in (shard_resources or {}).items():
+        needed[name] = needed.get(name, 0.0) + amount * shards
+    for name, amount in (controller_resources or {}).items():
+        needed[name] = needed.get(name, 0.0) + amount
+    return {name: float(max(_PRIVATE_RESOURCE_AMOUNT, math.ceil(total))) for name, total in needed.items()} or None
+
+
+def _check_cluster_offers(
+    cluster_resources: Mapping[str, float],
+    shards: int,
+    shard_resources: dict[str, float] | None,
+    controller_resources: dict[str, float] | None,
+) -> None:
+    """A LaunchError (one line) when the joined cluster offers none, or too little, of a requested resource:
+    the actor would wait for a raylet offering it, and ``up`` with it, until the ready timeout."""
+    for what, flag, requested, count in (
+        ("the controller", "--controller-resource", controller_resources, 1),
+        ("the shards", "--shard-resource", shard_resources, shards),
+    ):
+        for name, amount in (requested or {}).items():
+            offered = float(cluster_resources.get(name, 0.0))
+            example = json.dumps({name: max(1000, math.ceil(amount * count))})
+            if offered <= 0:
+                raise LaunchError(
+                    f"{flag} {name}: the Ray cluster has no raylet offering resource {name!r}; start the raylets "
+                    f"that may run {what} with ray start --resources='{example}'"
+                )
+            if offered < amount:
+                raise LaunchError(
+                    f"{flag} {name}={amount:g}: the Ray cluster offers only {offered:g} of resource {name!r} in "
+                    f"all; start the raylets that may run {what} with ray start --resources='{example}'"
+                )
+
+
+def _start(
+    cluster: Cluster,
+    *,
+    shards: int,
+    num_cpus: int | None,
+    fsync: bool,
+    ready_timeout_s: float,
+    shard_resources: dict[str, float] | None = None,
+    controller_resources: dict[str, float] | None = None,
+    spread_shards: bool = False,
+) -> None:
     deadline = time.monotonic() + ready_timeout_s
 
     def remaining() -> float:
@@ -536,6 +651,7 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
             ray.init(
                 address="local",
                 num_cpus=num_cpus,
+                resources=_private_resources(shards, shard_resources, controller_resources),
                 include_dashboard=False,
                 _temp_dir=str(cluster.ray_temp_dir),
                 namespace=NAMESPACE,
@@ -546,12 +662,23 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
         what = f"join the Ray cluster at {cluster.ray_address}" if joined else "start Ray"
         raise LaunchError(f"cannot {what}: {_first_line(e)}") from None
     cluster._ray_started = True
+    if joined and (shard_resources or controller_resources):
+        try:
+            offered = ray.cluster_resources()
+        except Exception as e:
+            raise LaunchError(f"cannot read the Ray cluster's resources: {_first_line(e)}") from None
+        _check_cluster_offers(offered, shards, shard_resources, controller_resources)
 
-    cluster.controller = start_controller(cluster.config_dir, namespace=NAMESPACE, fsync=fsync, detached=joined)
+    cluster.controller = start_controller(
+        cluster.config_dir, namespace=NAMESPACE, fsync=fsync, detached=joined, resources=controller_resources
+    )
     try:
         ray.get(cluster.controller.info.remote(), timeout=remaining())
     except Exception as e:
-        raise LaunchError(f"the config controller on {cluster.config_dir} did not start: {_ray_reason(e)}") from None
+        raise LaunchError(
+            f"the config controller on {cluster.config_dir} did not start: {_ray_reason(e)}"
+            f"{_placement_hint(e, controller_resources)}"
+        ) from None
     for i in range(shards):
         cluster.shards[str(i)] = start_shard(
             i,
@@ -559,12 +686,16 @@ def _start(cluster: Cluster, *, shards: int, num_cpus: int | None, fsync: bool, 
             namespace=NAMESPACE,
             data_dir=str(cluster.data_dir.absolute() / "shards" / str(i)),
             detached=joined,
+            resources=shard_resources,
+            spread=spread_shards,
         )
     for name, shard in cluster.shards.items():
         try:
             ray.get(shard.info.remote(), timeout=remaining())
         except Exception as e:
-            raise LaunchError(f"shard {name} did not start: {_ray_reason(e)}") from None
+            raise LaunchError(
+                f"shard {name} did not start: {_ray_reason(e)}{_placement_hint(e, shard_resources)}"
+            ) from None
     cluster.wait_caught_up(timeout_s=remaining())
 
     try:
@@ -645,6 +776,16 @@ def _start_frontend(cluster: Cluster) -> None:
         raise LaunchError(_first_line(e)) from None
     cluster.frontend = frontend
     cluster.frontend_port = frontend.port
+
+
+def _placement_hint(exc: BaseException, resources: dict[str, float] | None) -> str:
+    """For an actor that never answered while asking for custom resources: the likely reason."""
+    import ray
+
+    if resources and isinstance(exc, ray.exceptions.GetTimeoutError):
+        asked = ", ".join(f"{name}={amount:g}" for name, amount in resources.items())
+        return f" (it asks for Ray resources {asked}: no raylet offering them has enough free)"
+    return ""
 
 
 def _ray_reason(exc: BaseException) -> str:

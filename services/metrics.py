@@ -26,6 +26,7 @@ Kafka group                Prometheus name                               example
 ``ControllerMutation``     ``kafka_quota_controllermutation_<name>``     ``kafka_quota_controllermutation_tokens``
 ``ProducerIds``            ``kafka_quota_producerids_<name>``            ``kafka_quota_producerids_rate``
 ``socket-server-metrics``  ``kafka_socket_server_<name>``                ``kafka_socket_server_connection_accept_rate``
+``client-metrics``         ``kafka_client_metrics_<name>``               ``kafka_client_metrics_plugin_error_count``
 ``kafka-metrics-count``    ``kafka_metrics_count``                       (metrics registered, per shard)
 any other group            ``kafka_quota_<group>_<name>``                ``kafka_quota_leaderreplication_byte_rate``
 =========================  ============================================  =============================================
@@ -111,7 +112,7 @@ DEFAULT_SCRAPE_TIMEOUT_S = 2.0
 #: Tags that name an entity: a series with one of them lives on exactly one shard.
 _ENTITY_TAGS = frozenset({"user", "client-id", "ip"})
 #: Groups with their own prefix; every other group is ``kafka_quota_<group>_``.
-_GROUP_PREFIX = {"socket-server-metrics": "kafka_socket_server_"}
+_GROUP_PREFIX = {"socket-server-metrics": "kafka_socket_server_", "client-metrics": "kafka_client_metrics_"}
 #: The usage metric that ranks an entity's ``quota-value`` series (by group).
 _USAGE_OF_GROUP = {"Produce": "byte-rate", "Fetch": "byte-rate", "Request": "request-time"}
 _NOT_ALNUM = re.compile(r"[^a-z0-9]+")

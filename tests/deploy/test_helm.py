@@ -9,6 +9,9 @@ KubeRay requires, the PrometheusRule for carrying deploy/prometheus/rules.yml.
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -145,19 +148,77 @@ def test_the_gateways_scale_and_probe_grpc_health(rendered):
     pdb = one(rendered, "PodDisruptionBudget")
     assert pdb["spec"]["selector"]["matchLabels"] == gateway["spec"]["selector"]["matchLabels"]
     pod = gateway["spec"]["template"]
-    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9464"
     [up] = pod["spec"]["containers"]
     assert up["readinessProbe"]["grpc"] == {"port": 9094, "service": "quotaplane.v1.QuotaService"}
     assert up["livenessProbe"]["grpc"] == {"port": 9093}
     assert "--ray-address=$(QUOTAPLANE_RAY_ADDRESS)" in up["args"] and "--frontend-port=-1" in up["args"]
+    # replicas would repeat the fleet's series: only the head's bootstrap serves metrics
+    assert "--metrics-port=-1" in up["args"] and "prometheus.io/scrape" not in pod["metadata"].get("annotations", {})
+
+
+def test_one_metrics_endpoint_per_release_on_the_head(rendered):
+    head = one(rendered, "RayCluster")["spec"]["headGroupSpec"]["template"]
+    assert head["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert head["metadata"]["annotations"]["prometheus.io/port"] == "9464"
+    bootstrap = next(c for c in head["spec"]["containers"] if c["name"] == "bootstrap")
+    assert {"name": "metrics", "containerPort": 9464} in bootstrap["ports"]
+    assert "--metrics-port=9464" in bootstrap["args"][0]
+    service = one(rendered, "Service", "-metrics")
+    assert service["spec"]["clusterIP"] == "None"  # headless: DNS SRV lists the pod
+    assert service["spec"]["selector"].items() <= head["metadata"]["labels"].items()  # selects the head pod
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "ray-head"
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9464, "targetPort": "metrics", "appProtocol": "http"}
+    ]
+    for other in by_kind(rendered, "Service"):
+        if other is not service:
+            assert all(p["name"] != "metrics" for p in other["spec"]["ports"]), other["metadata"]["name"]
+
+
+def advertised_host(docs: list[dict]) -> str:
+    """The frontends' --advertised-host as the kubelet expands it: $(VAR) from the ConfigMap of envFrom."""
+    frontend = one(docs, "Deployment", "-frontend")["spec"]["template"]["spec"]["containers"][0]
+    [arg] = [a for a in frontend["args"] if a.startswith("--advertised-host=")]
+    [source] = [e["configMapRef"]["name"] for e in frontend["envFrom"]]
+    [config] = [c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"] == source]
+    return re.sub(r"\$\((\w+)\)", lambda m: config["data"][m.group(1)], arg.split("=", 1)[1])
+
+
+def test_the_kustomize_overlay_advertises_the_public_name():
+    # the overlay merges one ConfigMap key (no patch by argument position); the base advertises the Service
+    assert advertised_host(kustomize(K8S / "overlays" / "production")) == "kafka-quotas.example.com"
+    assert advertised_host(kustomize(K8S / "base")) == "quotaplane-kafka"
+
+
+def ray_resources(ray_start_params: dict) -> dict:
+    """The custom resources of a group as ``ray start`` gets them: KubeRay puts ``--resources=<value>`` on a
+    shell command line, so the value must survive shell unquoting as JSON."""
+    [arg] = shlex.split(f"--resources={ray_start_params['resources']}")
+    return json.loads(arg.removeprefix("--resources="))
+
+
+def test_the_actors_are_pinned_where_they_belong(rendered):
+    ray_cluster = one(rendered, "RayCluster")["spec"]
+    head = ray_resources(ray_cluster["headGroupSpec"]["rayStartParams"])
+    [workers] = ray_cluster["workerGroupSpecs"]
+    assert head["quotaplane_controller"] == 1  # only the head (with the event log) runs the controller
+    assert ray_resources(workers["rayStartParams"]) == {"quotaplane_shard": 1000}
+    assert head.get("quotaplane_shard", 0) == (0 if workers["maxReplicas"] else 1000)  # production: workers only
+    flags = ["--controller-resource=quotaplane_controller", "--shard-resource=quotaplane_shard", "--spread-shards"]
+    bootstrap = next(
+        c for c in ray_cluster["headGroupSpec"]["template"]["spec"]["containers"] if c["name"] == "bootstrap"
+    )
+    assert all(flag in bootstrap["args"][0].split() for flag in flags)
+    for deployment in by_kind(rendered, "Deployment"):  # the same flags on every `up`: none creates actors elsewhere
+        assert all(flag in deployment["spec"]["template"]["spec"]["containers"][0]["args"] for flag in flags)
 
 
 def test_production_values():
     docs = render(production_values())
     frontend = one(docs, "Deployment", "-frontend")
     args = frontend["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--advertised-host=kafka-quotas.example.com" in args and "--advertised-port=9092" in args
+    assert "--advertised-port=9092" in args
+    assert advertised_host(docs) == "kafka-quotas.example.com"
     assert "--sasl-credentials-file=/etc/quotaplane/sasl/sasl-credentials" in args
     assert "--kafka-operators=User:admin" in args
     assert one(docs, "Service", "-kafka")["spec"]["type"] == "LoadBalancer"
@@ -172,18 +233,35 @@ def test_production_values():
     assert {"compact-log", "compact-telemetry"} == {
         j["metadata"]["name"].removeprefix("quotaplane-") for j in by_kind(docs, "CronJob")
     }
-    assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    metrics_service = one(docs, "Service", "-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= metrics_service["metadata"]["labels"].items()
+    assert metrics_service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "quotaplane"  # rules' job label
+    assert not [c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith("-prometheus")]
     rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yml").read_text())
     assert one(docs, "PrometheusRule")["spec"] == rules
     assert len(by_kind(docs, "NetworkPolicy")) == 2
 
 
-def test_the_default_rules_configmap_is_deploy_prometheus_rules():
+def test_the_default_prometheus_configmap_carries_deploy_prometheus_rules():
     shipped = (ROOT / "deploy" / "prometheus" / "rules.yml").read_text()
     # .Files.Get reads only inside the chart: the copy there must stay identical
     assert (CHART / "files" / "prometheus" / "rules.yml").read_text() == shipped
-    config = one(render(), "ConfigMap", "-prometheus-rules")
+    config = one(render(), "ConfigMap", "-prometheus")
     assert yaml.safe_load(config["data"]["quotaplane-rules.yml"]) == yaml.safe_load(shipped)
+    prometheus = yaml.safe_load(config["data"]["prometheus.yml"])
+    assert prometheus["rule_files"] == ["quotaplane-rules.yml"]
+    [job] = prometheus["scrape_configs"]
+    assert job["job_name"] == "quotaplane"  # the job the rules' endpoint-down alert names
+    # the SRV name of the headless metrics Service's `metrics` port, in the release's namespace
+    assert job["dns_sd_configs"] == [
+        {
+            "names": ["_metrics._tcp.quotaplane-metrics.kafka.svc.cluster.local"],
+            "type": "SRV",
+            "refresh_interval": "30s",
+        }
+    ]
 
 
 def test_k8s_base_is_the_chart_rendered():
@@ -199,6 +277,7 @@ def test_k8s_base_is_the_chart_rendered():
         ({"frontend": {"enabled": True}}, "/frontend/advertisedHost"),
         ({"frontend": {"enabled": True, "advertisedHost": ""}}, "/frontend/advertisedHost"),
         ({"persistence": {"enabled": True, "storageClass": ""}}, "/persistence/storageClass"),
+        ({"metrics": {"prometheus": {"scrapeInterval": "15"}}}, "/metrics/prometheus/scrapeInterval"),
     ],
 )
 def test_values_that_cannot_work_are_rejected_naming_the_value(values, named):
@@ -211,6 +290,28 @@ def test_values_that_cannot_work_are_rejected_naming_the_value(values, named):
     assert named in str(rendering.value)
     report = helm.lint(CHART, values, strict=True)
     assert any(named in m["error"] for m in report["messages"] if m["severity"] == 3), report
+
+
+def test_operator_tokens_guard_every_admin_service_of_the_release():
+    docs = render(
+        {"operatorTokens": {"existingSecret": "qp-operators"}, "frontend": {"enabled": True, "advertisedHost": "k"}}
+    )
+    head = one(docs, "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]
+    pods = [head, one(docs, "Deployment", "-gateway")["spec"]["template"]["spec"]]
+    pods.append(one(docs, "Deployment", "-frontend")["spec"]["template"]["spec"])
+    flag = "--operator-tokens-file=/etc/quotaplane/operator/operator-tokens"
+    for pod in pods:
+        [up] = [c for c in pod["containers"] if c["name"] in ("up", "bootstrap")]
+        assert flag in " ".join(up["args"])
+        assert {"name": "operator-tokens", "mountPath": "/etc/quotaplane/operator", "readOnly": True} in up[
+            "volumeMounts"
+        ]
+        [token] = [e for e in up["env"] if e["name"] == "QUOTAPLANE_TOKEN"]  # for `kubectl exec ... quotaplane`
+        assert token["valueFrom"]["secretKeyRef"] == {"name": "qp-operators", "key": "cli-token", "optional": True}
+        [volume] = [v for v in pod["volumes"] if v["name"] == "operator-tokens"]
+        assert volume["secret"]["secretName"] == "qp-operators"
+    for doc in render():  # off by default
+        assert "operator-tokens" not in yaml.safe_dump(doc)
 
 
 def test_persistence_off_renders_without_claim_or_jobs():

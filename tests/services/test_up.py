@@ -319,6 +319,8 @@ def _kafka_api_versions_answer(port: int) -> int:
         (["--frontend-port", "70000"], "--frontend-port must be in 0..65535"),
         (["--sasl-credentials-file", "/nonexistent/users"], "cannot read the SASL credentials file"),
         (["--kafka-operators", "admin"], "is not a principal such as User:admin"),
+        (["--shard-resource", "=2"], "--shard-resource must be NAME or NAME=AMOUNT, got '=2'"),
+        (["--controller-resource", "qp=lots"], "--controller-resource 'qp=lots': the amount must be a number"),
     ],
 )
 def test_bad_options_fail_in_one_line(env, tmp_path, args, message):

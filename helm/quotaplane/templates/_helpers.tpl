@@ -40,6 +40,39 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- .Values.persistence.existingClaim | default (printf "%s-data" (include "quotaplane.fullname" .)) -}}
 {{- end -}}
 
+{{/* Where Ray may run the actors an `up` creates: the head's and the workers' custom resources (raycluster.yaml) */}}
+{{- define "quotaplane.placementArgs" -}}
+--controller-resource=quotaplane_controller --shard-resource=quotaplane_shard --spread-shards
+{{- end -}}
+
+{{/* `up` flags, env, mounts and volume of the operator tokens (operatorTokens.existingSecret) */}}
+{{- define "quotaplane.operatorTokenArgs" -}}
+{{- if .Values.operatorTokens.existingSecret }} --operator-tokens-file=/etc/quotaplane/operator/operator-tokens{{ end -}}
+{{- end -}}
+
+{{- define "quotaplane.operatorTokenEnv" -}}
+{{- if .Values.operatorTokens.existingSecret }}
+- name: QUOTAPLANE_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.operatorTokens.existingSecret | quote }}, key: cli-token, optional: true}
+{{- end }}
+{{- end -}}
+
+{{- define "quotaplane.operatorTokenMount" -}}
+{{- if .Values.operatorTokens.existingSecret }}
+- {name: operator-tokens, mountPath: /etc/quotaplane/operator, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "quotaplane.operatorTokenVolume" -}}
+{{- if .Values.operatorTokens.existingSecret }}
+- name: operator-tokens
+  secret:
+    secretName: {{ .Values.operatorTokens.existingSecret | quote }}
+    items: [{key: operator-tokens, path: operator-tokens}]
+{{- end }}
+{{- end -}}
+
 {{- define "quotaplane.saslSecret" -}}
 {{- .Values.sasl.existingSecret | default (printf "%s-sasl" (include "quotaplane.fullname" .)) -}}
 {{- end -}}
@@ -72,11 +105,6 @@ metadata:
     app.kubernetes.io/component: {{ $component }}
   annotations:
     checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") $ | sha256sum }}
-    {{- if $.Values.metrics.annotations }}
-    prometheus.io/scrape: "true"
-    prometheus.io/port: {{ $.Values.ports.metrics | quote }}
-    prometheus.io/path: /metrics
-    {{- end }}
 spec:
   {{- with $.Values.imagePullSecrets }}
   imagePullSecrets:
@@ -150,17 +178,27 @@ spec:
         - --host=0.0.0.0
         - --admin-port={{ $.Values.ports.admin }}
         - --gateway-port={{ $.Values.ports.gateway }}
-        - --metrics-port={{ $.Values.ports.metrics }}
+        # the fleet's metrics are served once, by the head's bootstrap (each scrape asks every shard)
+        - --metrics-port=-1
+        {{- range splitList " " (include "quotaplane.placementArgs" $) }}
+        - {{ . }}
+        {{- end }}
+        {{- with include "quotaplane.operatorTokenArgs" $ }}
+        - {{ trim . | quote }}
+        {{- end }}
         {{- range $extra }}
         - {{ . | quote }}
         {{- end }}
       envFrom:
         - configMapRef:
             name: {{ include "quotaplane.fullname" $ }}
+      {{- with include "quotaplane.operatorTokenEnv" $ }}
+      env:
+        {{- . | nindent 8 }}
+      {{- end }}
       ports:
         - {name: admin, containerPort: {{ $.Values.ports.admin }}}
         - {name: gateway, containerPort: {{ $.Values.ports.gateway }}}
-        - {name: metrics, containerPort: {{ $.Values.ports.metrics }}}
         {{- if eq $component "frontend" }}
         - {name: kafka, containerPort: {{ $.Values.ports.kafka }}}
         {{- end }}
@@ -169,6 +207,7 @@ spec:
       volumeMounts:
         - {name: local-data, mountPath: {{ $.Values.dataDir }}}
         - {name: ray-tmp, mountPath: /tmp/ray}
+        {{- include "quotaplane.operatorTokenMount" $ | nindent 8 }}
         {{- if and (eq $component "frontend") $.Values.sasl.enabled }}
         - {name: sasl, mountPath: /etc/quotaplane/sasl, readOnly: true}
         {{- end }}
@@ -194,6 +233,7 @@ spec:
   volumes:
     - {name: local-data, emptyDir: {}}
     - {name: ray-tmp, emptyDir: {}}
+    {{- include "quotaplane.operatorTokenVolume" $ | nindent 4 }}
     {{- if and (eq $component "frontend") $.Values.sasl.enabled }}
     - name: sasl
       secret:
