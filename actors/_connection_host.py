@@ -62,7 +62,6 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
-import math
 import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
@@ -82,6 +81,8 @@ from quotaplane.config import (
 from quotaplane.metrics import Metrics
 from quotaplane.quota import ConnectionAttempt, ConnectionDecision, ConnectionQuotas, ConnectionQuotasConfig
 
+from ._metric_rows import NODE_METRIC_TAG, MetricRow, metric_rows
+
 __all__ = [
     "DEFAULT_ATTEMPT_IDLE_MS",
     "MAX_LISTENERS_PER_NODE",
@@ -98,8 +99,6 @@ log = logging.getLogger(__name__)
 #: at most ``quota.window.size.seconds``, or polls for a slot; a minute of silence means it is gone).
 DEFAULT_ATTEMPT_IDLE_MS = 60_000
 MAX_LISTENERS_PER_NODE = 64
-#: Added to each node's metrics (Kafka's have no node tag: one broker, one registry).
-NODE_METRIC_TAG = "node"
 _MAX_INT32 = 2**31 - 1
 _MAX_ATTEMPT_ID = 2**63 - 1
 _LISTENER_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
@@ -318,8 +317,8 @@ class ConnectionHost:
         if op == "release":
             return (op, node_id, listener, item[3], item[4])
         node = self._nodes.get(node_id)
-        known = set(node.quotas.listeners) if node is not None else set()
-        if listener not in known:
+        if node is None or not node.quotas.has_listener(listener):  # a new listener (rare): count them
+            known = [] if node is None else node.quotas.listeners
             adding = new_listeners.setdefault(node_id, set())
             adding.add(listener)
             if len(known) + len(adding) > self.max_listeners_per_node:
@@ -349,7 +348,7 @@ class ConnectionHost:
     def _admit(self, node_id: int, listener: str, address: Address, attempt_id: int | None, now_ms: int) -> AdmitResult:
         node = self._node(node_id, now_ms)
         quotas = node.quotas
-        if listener not in quotas.listeners:
+        if not quotas.has_listener(listener):
             self._add_listener(node_id, node, listener, now_ms)
         attempt = node.attempts.get(attempt_id) if attempt_id is not None else None
         if attempt is not None and (attempt.listener != listener or peer_address(attempt.ip) != address):
@@ -393,7 +392,7 @@ class ConnectionHost:
         """``dec`` of a counted connection; False (nothing changes) if the node does not count it, which
         happens after a shard restart (Kafka's ``dec`` would throw: its counts never vanish)."""
         node = self._nodes.get(node_id)
-        if node is None or listener not in node.quotas.listeners:
+        if node is None or not node.quotas.has_listener(listener):
             return False
         try:
             node.quotas.dec(listener, ip, now_ms)
@@ -426,16 +425,12 @@ class ConnectionHost:
         self.abandoned_attempts += dropped
         return dropped
 
-    def metrics_snapshot(self, now_ms: int) -> list[tuple[str, str, str, dict[str, str], float]]:
+    def metrics_snapshot(self, now_ms: int) -> list[MetricRow]:
         """Each node's ``socket-server-metrics`` (accept rates per broker / listener / IP, accept throttle
         times), measured at ``now_ms``, each with a ``node`` tag; rows as ``ShardActor.metrics_snapshot``."""
         rows = []
         for node_id, node in sorted(self._nodes.items()):
-            for metric_name, metric in list(node.quotas.metrics.metrics.items()):
-                value = metric.measurable_value(now_ms)
-                if math.isfinite(value):
-                    tags = {**metric_name.tags, NODE_METRIC_TAG: str(node_id)}
-                    rows.append((metric_name.name, metric_name.group, metric_name.description, tags, value))
+            rows += metric_rows(node.quotas.metrics, now_ms, node_id=node_id)
         return rows
 
 

@@ -22,6 +22,8 @@ from typing import Any
 from quotaplane.config import ConfigDelta, ConfigImage, ManagerBinding, startup_configs
 from quotaplane.quota import QuotaManagers, QuotaType, build_quota_managers
 
+from ._metric_rows import MetricRow, metric_rows
+
 __all__ = ["REPLICATION_TYPES", "ReplicationHost", "ReplicationItem"]
 
 #: Item types, by the names the wire's ReplicationType maps to.
@@ -99,18 +101,12 @@ class ReplicationHost:
             results.append((throttled, manager.is_quota_exceeded(now_ms)))
         return results
 
-    def metrics_snapshot(self, now_ms: int) -> list[tuple[str, str, str, dict[str, str], float]]:
+    def metrics_snapshot(self, now_ms: int) -> list[MetricRow]:
         """Each node's replication byte-rate metrics, tagged with ``node`` (Kafka's have no tags: one
         broker, one set)."""
         rows = []
         for node_id, (managers, _) in sorted(self._nodes.items()):
-            for metric_name, metric in list(managers.metrics.metrics.items()):
-                if metric_name.group not in _REPLICATION_GROUPS:
-                    continue
-                value = metric.measurable_value(now_ms)
-                if math.isfinite(value):
-                    tags = {**metric_name.tags, "node": str(node_id)}
-                    rows.append((metric_name.name, metric_name.group, metric_name.description, tags, value))
+            rows += metric_rows(managers.metrics, now_ms, node_id=node_id, groups=_REPLICATION_GROUPS)
         return rows
 
     @property

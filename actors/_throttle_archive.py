@@ -23,11 +23,9 @@ import os
 from typing import Any
 
 from quotaplane.archive import ArchiveRecord
-from quotaplane.exporters.archive import TelemetryArchiveExporter
+from quotaplane.exporters.archive import THROTTLE_STREAM, TelemetryArchiveExporter
 
 __all__ = ["THROTTLE_STREAM", "ThrottleArchive", "throttle_record"]
-
-THROTTLE_STREAM = "throttle"
 
 
 def throttle_record(item: tuple[int, str, str, str, int]) -> ArchiveRecord:

@@ -53,6 +53,7 @@ from quotaplane.quota import (
 
 from ._connection_host import ConnectionHost
 from ._follower import ConfigFollower, ray_get
+from ._metric_rows import MetricRow, metric_rows
 from ._replication_host import ReplicationHost
 from ._resources import check_resources
 from ._telemetry_host import TelemetryHost, archive_writer_id
@@ -240,10 +241,13 @@ class ShardActor:
         throttles = manager.record_batch(items, now_ms)
         for item, throttle_ms in zip(items, throttles, strict=True):
             if throttle_ms > 0:
-                at = item[3] if len(item) > 3 else now_ms
-                manager.throttle(item[0], item[1], throttle_ms, at)
-                self._archive_throttle(at, quota_type, item[0], item[1], throttle_ms)
+                self._throttle(manager, quota_type, item[0], item[1], throttle_ms, item[3] if len(item) > 3 else now_ms)
         return throttles
+
+    def _throttle(self, manager: Any, quota_type: QuotaType, user: str, client_id: str, ms: int, now_ms: int) -> None:
+        """A non-zero throttle answered: the manager's throttle-time metric, and the throttle archive."""
+        manager.throttle(user, client_id, ms, now_ms)
+        self._archive_throttle(now_ms, quota_type, user, client_id, ms)
 
     def _archive_throttle(self, now_ms: int, quota_type: QuotaType | str, user: str, client_id: str, ms: int) -> None:
         if self.throttles is not None:
@@ -322,10 +326,7 @@ class ShardActor:
         exempt sensor and are never throttled; network time is recorded without a throttle)."""
         for index, item in enumerate(items):
             if not (
-                type(item) is tuple
-                and len(item) == 6
-                and isinstance(item[0], str)
-                and isinstance(item[1], str)
+                _is_client_item(item, 6)
                 and all(type(v) is int and v >= 0 for v in (item[2], item[3], item[5]))
                 and type(item[4]) is bool
             ):
@@ -343,8 +344,7 @@ class ShardActor:
             if network_nanos:
                 manager.record_network_thread_time(user, client_id, time_nanos=network_nanos, now_ms=now_ms)
             if throttle_ms > 0:
-                manager.throttle(user, client_id, throttle_ms, now_ms)
-                self._archive_throttle(now_ms, QuotaType.REQUEST, user, client_id, throttle_ms)
+                self._throttle(manager, QuotaType.REQUEST, user, client_id, throttle_ms, now_ms)
             throttles.append(throttle_ms)
         return throttles
 
@@ -357,10 +357,7 @@ class ShardActor:
         bucket is below zero), the request's throttle time at its end."""
         for index, item in enumerate(items):
             if not (
-                type(item) is tuple
-                and len(item) == 5
-                and isinstance(item[0], str)
-                and isinstance(item[1], str)
+                _is_client_item(item, 5)
                 and type(item[2]) is bool
                 and isinstance(item[3], tuple | list)
                 and all(type(p) in (int, float) and 0 <= p < math.inf for p in item[3])
@@ -383,8 +380,7 @@ class ShardActor:
                     accepted.append(False)
             throttle_ms = quota.throttle_time(now_ms)
             if throttle_ms > 0:
-                manager.throttle(user, client_id, throttle_ms, now_ms)
-                self._archive_throttle(now_ms, QuotaType.CONTROLLER_MUTATION, user, client_id, throttle_ms)
+                self._throttle(manager, QuotaType.CONTROLLER_MUTATION, user, client_id, throttle_ms, now_ms)
             results.append((throttle_ms, accepted))
         return results
 
@@ -436,19 +432,13 @@ class ShardActor:
         self.close()
 
     # --- introspection ---------------------------------------------------------------------------------
-    def metrics_snapshot(self, now_ms: int | None = None) -> list[tuple[str, str, str, dict[str, str], float]]:
+    def metrics_snapshot(self, now_ms: int | None = None) -> list[MetricRow]:
         """Every Kafka metric of this shard's registry, measured now: ``(name, group, description, tags,
         value)`` (``Produce`` byte-rate / throttle-time / quota-value per user and client id, ``Request``,
         ``ControllerMutation``, ``ProducerIds``, ``socket-server-metrics`` ...), for a metrics endpoint.
         Non-finite values are left out (Prometheus has no use for Kafka's NaN of an empty Avg)."""
         now = wall_clock_ms() if now_ms is None else now_ms
-        snapshot = []
-        for metric_name, metric in list(self.quotas.metrics.metrics.items()):
-            value = metric.measurable_value(now)
-            if math.isfinite(value):
-                snapshot.append(
-                    (metric_name.name, metric_name.group, metric_name.description, dict(metric_name.tags), value)
-                )
+        snapshot = metric_rows(self.quotas.metrics, now)
         snapshot.extend(self.replication.metrics_snapshot(now))
         snapshot.extend(self.connections.metrics_snapshot(now))
         return snapshot
@@ -467,6 +457,7 @@ class ShardActor:
             "expired_sensors": self.expired_sensors,
             "replication_nodes": self.replication.nodes,
             "throttle_archive": None if self.throttles is None else self.throttles.stats(),
+            "telemetry": self.telemetry.stats(),
         }
 
     def node(self) -> str:
@@ -499,6 +490,11 @@ def _group_by_type(
             raise ValueError(f"usage items are PRODUCE or FETCH, not {kind.name}")
         parsed[kind] = group
     return parsed
+
+
+def _is_client_item(item: object, size: int) -> bool:
+    """A tuple of ``size`` fields starting with (user, client_id) strings."""
+    return type(item) is tuple and len(item) == size and isinstance(item[0], str) and isinstance(item[1], str)
 
 
 def _check_batch(items: object) -> None:

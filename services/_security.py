@@ -31,7 +31,7 @@ import ipaddress
 import socket
 import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,11 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+def _is_token(token: str) -> bool:
+    """Whether ``token`` can ride in ``authorization: Bearer <token>``: printable ASCII, no spaces."""
+    return not any(c.isspace() for c in token) and token.isprintable() and token.isascii()
+
+
 def _read_tokens(path: _File) -> frozenset[bytes]:
     """One token a line; blank lines and ``#`` comments are skipped. Only the digests are kept."""
     data = _read(path, "operator tokens file")
@@ -121,9 +126,8 @@ def _read_tokens(path: _File) -> frozenset[bytes]:
     tokens = [t for t in tokens if t and not t.startswith("#")]
     if not tokens:
         raise ValueError(f"the operator tokens file {path} holds no token (one a line)")
-    for token in tokens:
-        if any(c.isspace() for c in token) or not token.isprintable() or not token.isascii():
-            raise ValueError(f"the operator tokens file {path} has a token with spaces or non-ASCII characters")
+    if not all(map(_is_token, tokens)):
+        raise ValueError(f"the operator tokens file {path} has a token with spaces or non-ASCII characters")
     return frozenset(_digest(t) for t in tokens)
 
 
@@ -194,6 +198,10 @@ class ServerSecurity:
         if self.operator_subjects:
             auth.append(f"operator subjects {', '.join(sorted(self.operator_subjects))}")
         return f"{transport}; {' and '.join(auth) if auth else 'no operator authentication'}"
+
+    def with_operator_token(self, token: str) -> ServerSecurity:
+        """This security with ``token`` accepted as an operator token too (kept as its digest)."""
+        return replace(self, token_digests=self.token_digests | {_digest(token)})
 
     def credentials(self) -> grpc.ServerCredentials:
         assert self.cert_chain is not None and self.private_key is not None
@@ -397,7 +405,7 @@ class ClientSecurity:
         if cert_file is not None and key_file is not None:
             chain, key = _read_key_pair(cert_file, key_file)
         token = token.strip() if token else None
-        if token and (any(c.isspace() for c in token) or not token.isascii() or not token.isprintable()):
+        if token and not _is_token(token):
             raise ValueError("the operator token has spaces or non-ASCII characters")
         return cls(roots, chain, key, token or None)
 

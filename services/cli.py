@@ -1078,6 +1078,7 @@ def _run_spark(args: argparse.Namespace) -> int:
                     "entries": r.entries,
                     "history": r.history_dir,
                 }
+                skipped = []
             elif args.command == "compact-telemetry":
                 t = compact_telemetry(spark, roots, args.output, start_ms=args.start, end_ms=args.end)
                 summary = {
@@ -1087,8 +1088,7 @@ def _run_spark(args: argparse.Namespace) -> int:
                     "data_points": t.points,
                     "rollup_rows": t.rollups,
                 }
-                for path, reason in t.errors:
-                    print(f"Warning: skipped {path}: {reason.splitlines()[0]}", file=sys.stderr)
+                skipped = t.errors
             else:
                 p = throttle_report(spark, roots, args.points, args.output, start_ms=args.start, end_ms=args.end)
                 summary = {
@@ -1098,8 +1098,9 @@ def _run_spark(args: argparse.Namespace) -> int:
                     "silent_clients": [list(c) for c in p.silent_clients],
                     "ignoring_clients": [list(c) for c in p.ignoring_clients],
                 }
-                for path, reason in p.errors:
-                    print(f"Warning: skipped {path}: {reason.splitlines()[0]}", file=sys.stderr)
+                skipped = p.errors
+            for path, reason in skipped:
+                print(f"Warning: skipped {path}: {reason.splitlines()[0]}", file=sys.stderr)
         finally:
             spark.stop()
             shutil.rmtree(scratch, ignore_errors=True)

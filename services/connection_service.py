@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 from quotaplane.actors._connection_host import normalise_listener, peer_address
-from quotaplane.services.gateway import InvalidArgument, unary
+from quotaplane.services.gateway import InvalidArgument, item_time, unary
 from quotaplane.v1 import connection_pb2 as pb
 from quotaplane.v1 import connection_pb2_grpc
 
@@ -71,24 +71,24 @@ class ConnectionServicer(connection_pb2_grpc.ConnectionServiceServicer):
 
     def admit_items(self, batch: pb.AdmitBatch, now_ms: int) -> list[tuple[Any, ...]]:
         """``("admit", node_id, listener, ip, attempt_id | None, now_ms)`` per item, every item checked first."""
-        self.gateway.check_size(len(batch.items))
+        self.gateway.config.check_size(len(batch.items))
         items = []
         seen: set[tuple[int, int]] = set()
         for index, item in enumerate(batch.items):
             node_id = self._node(index, item.node_id)
             listener = self._connection(index, item.listener, item.ip)
             attempt_id = self._attempt(index, node_id, item.attempt_id, seen) if item.HasField("attempt_id") else None
-            items.append(("admit", node_id, listener, item.ip, attempt_id, self.gateway.item_time(index, item, now_ms)))
+            items.append(("admit", node_id, listener, item.ip, attempt_id, item_time(index, item, now_ms)))
         return items
 
     def release_items(self, batch: pb.ReleaseBatch, now_ms: int) -> list[tuple[Any, ...]]:
         """``("release", node_id, listener, ip, now_ms)`` or ``("abandon", node_id, attempt_id, now_ms)``."""
-        self.gateway.check_size(len(batch.items))
+        self.gateway.config.check_size(len(batch.items))
         items: list[tuple[Any, ...]] = []
         seen: set[tuple[int, int]] = set()
         for index, item in enumerate(batch.items):
             node_id = self._node(index, item.node_id)
-            t = self.gateway.item_time(index, item, now_ms)
+            t = item_time(index, item, now_ms)
             if item.HasField("attempt_id"):
                 if item.listener or item.ip:
                     raise InvalidArgument(

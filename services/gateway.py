@@ -85,6 +85,7 @@ __all__ = [
     "ProducerIdServicer",
     "QuotaServicer",
     "Unavailable",
+    "item_time",
     "serve_gateway",
     "unary",
 ]
@@ -110,6 +111,20 @@ _MAX_PRODUCER_ID = 2**63 - 1
 _MAX_INT32 = 2**31 - 1
 #: Where exempt request time goes: one shared sensor (Kafka's exempt-request-time), on one shard.
 _EXEMPT_REQUEST_KEY = "REQUEST\x00exempt"
+
+
+def _where(index: int, field: str | None) -> str:
+    """How a message names item ``index`` of a batch: ``item 3``, or ``requests[3]`` when the caller names
+    the batch's repeated ``field`` (the TelemetryService's messages)."""
+    return f"item {index}" if field is None else f"{field}[{index}]"
+
+
+def item_time(index: int, item: Any, now_ms: int, field: str | None = None) -> int:
+    """The item's ``now_ms`` if it set one, else ``now_ms``; INVALID_ARGUMENT if negative."""
+    t = item.now_ms if item.HasField("now_ms") else now_ms
+    if t < 0:
+        raise InvalidArgument(f"{_where(index, field)}: now_ms must be >= 0, got {t}")
+    return t
 
 
 def wall_clock_ms() -> int:
@@ -145,6 +160,33 @@ class GatewayConfig:
     max_reroutes: int = 8
     #: How long config polls may fail before gRPC health says NOT_SERVING.
     config_stale_s: float = 2.0
+
+    # The limits applied to a request batch (every servicer's checks); ``field``: see ``_where``.
+    def check_size(self, count: int, field: str | None = None) -> None:
+        """INVALID_ARGUMENT for an empty batch or one over ``max_batch_items`` (every servicer's first check)."""
+        if count == 0:
+            raise InvalidArgument("empty batch: send at least one item" + (f" in {field}" if field else ""))
+        if count > self.max_batch_items:
+            raise InvalidArgument(f"batch of {count} items is over the limit of {self.max_batch_items}")
+
+    def check_name(
+        self,
+        index: int,
+        what: str,
+        name: str,
+        *,
+        allow_empty: bool = True,
+        field: str | None = None,
+        empty_hint: str = " (the principal's name)",
+    ) -> str:
+        """``name``; INVALID_ARGUMENT if empty (unless allowed), over ``max_name_length`` or holding NUL."""
+        if not name and not allow_empty:
+            raise InvalidArgument(f"{_where(index, field)}: {what} must not be empty{empty_hint}")
+        if len(name) > self.max_name_length:
+            raise InvalidArgument(f"{_where(index, field)}: {what} is longer than {self.max_name_length} characters")
+        if "\x00" in name:
+            raise InvalidArgument(f"{_where(index, field)}: {what} contains a NUL character")
+        return name
 
 
 class InvalidArgument(Exception):
@@ -517,24 +559,9 @@ class Gateway:
                     self.on_config_health(False)
 
     # --- validation ------------------------------------------------------------------------------------
-    def check_size(self, count: int) -> None:
-        """INVALID_ARGUMENT for an empty batch or one over ``max_batch_items`` (every servicer's first check)."""
-        if count == 0:
-            raise InvalidArgument("empty batch: send at least one item")
-        if count > self.config.max_batch_items:
-            raise InvalidArgument(f"batch of {count} items is over the limit of {self.config.max_batch_items}")
-
-    def _check_name(self, index: int, what: str, name: str, *, allow_empty: bool) -> None:
-        if not name and not allow_empty:
-            raise InvalidArgument(f"item {index}: {what} must not be empty (the principal's name)")
-        if len(name) > self.config.max_name_length:
-            raise InvalidArgument(f"item {index}: {what} is longer than {self.config.max_name_length} characters")
-        if "\x00" in name:
-            raise InvalidArgument(f"item {index}: {what} contains a NUL character")
-
     def usage_items(self, batch: pb.UsageBatch, now_ms: int) -> list[tuple[str, str, str, float, int]]:
         """The batch's items as ``(type, user, client_id, value, now_ms)``, every item checked first."""
-        self.check_size(len(batch.items))
+        self.config.check_size(len(batch.items))
         items = []
         append = items.append
         max_name = self.config.max_name_length
@@ -545,34 +572,27 @@ class Gateway:
             if not (0.0 <= value < math.inf):
                 raise InvalidArgument(f"item {index}: value must be a finite number >= 0, got {value!r}")
             if not user or len(user) > max_name or len(client_id) > max_name or "\x00" in user or "\x00" in client_id:
-                self._check_name(index, "user", user, allow_empty=False)
-                self._check_name(index, "client_id", client_id, allow_empty=True)
+                self.config.check_name(index, "user", user, allow_empty=False)
+                self.config.check_name(index, "client_id", client_id, allow_empty=True)
             t = item.now_ms if item.HasField("now_ms") else now_ms
             if t < 0:
                 raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
             append((_TYPE_NAMES[quota_type], user, client_id, value, t))
         return items
 
-    def item_time(self, index: int, item: Any, now_ms: int) -> int:
-        """The item's ``now_ms`` if it set one, else ``now_ms``; INVALID_ARGUMENT if negative."""
-        t = item.now_ms if item.HasField("now_ms") else now_ms
-        if t < 0:
-            raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
-        return t
-
     def request_items(
         self, batch: pb.RequestTimeBatch, now_ms: int
     ) -> tuple[list[tuple[str, str, int, int, bool, int]], list[tuple[str, str, str]]]:
         """``(user, client_id, request nanos, network nanos, exempt, now_ms)`` per item, and what to resolve
         each by: ``("REQUEST", user, client_id)`` (an exempt item goes to the one exempt sensor)."""
-        self.check_size(len(batch.items))
+        self.config.check_size(len(batch.items))
         items, tags = [], []
         for index, item in enumerate(batch.items):
-            self._check_name(index, "user", item.user, allow_empty=False)
-            self._check_name(index, "client_id", item.client_id, allow_empty=True)
+            self.config.check_name(index, "user", item.user, allow_empty=False)
+            self.config.check_name(index, "client_id", item.client_id, allow_empty=True)
             if item.request_thread_time_nanos < 0 or item.network_thread_time_nanos < 0:
                 raise InvalidArgument(f"item {index}: thread times must be >= 0 nanoseconds")
-            t = self.item_time(index, item, now_ms)
+            t = item_time(index, item, now_ms)
             items.append(
                 (
                     item.user,
@@ -591,11 +611,11 @@ class Gateway:
     ) -> tuple[list[tuple[str, str, bool, tuple[float, ...], int]], list[tuple[str, str, str]]]:
         """``(user, client_id, strict, permits, now_ms)`` per item, and ``("CONTROLLER_MUTATION", user,
         client_id)`` to resolve each by."""
-        self.check_size(len(batch.items))
+        self.config.check_size(len(batch.items))
         items, tags = [], []
         for index, item in enumerate(batch.items):
-            self._check_name(index, "user", item.user, allow_empty=False)
-            self._check_name(index, "client_id", item.client_id, allow_empty=True)
+            self.config.check_name(index, "user", item.user, allow_empty=False)
+            self.config.check_name(index, "client_id", item.client_id, allow_empty=True)
             if item.mode not in (pb.STRICT, pb.PERMISSIVE):
                 raise InvalidArgument(f"item {index}: mode must be STRICT or PERMISSIVE, got {item.mode}")
             if not item.permits:
@@ -605,7 +625,7 @@ class Gateway:
             permits = tuple(item.permits)
             if not all(0.0 <= p < math.inf for p in permits):
                 raise InvalidArgument(f"item {index}: permits must be finite numbers >= 0")
-            t = self.item_time(index, item, now_ms)
+            t = item_time(index, item, now_ms)
             items.append((item.user, item.client_id, item.mode == pb.STRICT, permits, t))
             tags.append(("CONTROLLER_MUTATION", item.user, item.client_id))
         return items, tags
@@ -614,7 +634,7 @@ class Gateway:
         self, batch: pb.ReplicationBatch, now_ms: int
     ) -> tuple[list[tuple[int, str, str, int, float, int]], list[str]]:
         """``(node_id, type, topic, partition, record_bytes, now_ms)`` per item, keyed by node."""
-        self.check_size(len(batch.items))
+        self.config.check_size(len(batch.items))
         items, keys = [], []
         for index, item in enumerate(batch.items):
             if item.node_id < 0:
@@ -622,12 +642,12 @@ class Gateway:
             type_name = _REPLICATION_NAMES.get(item.type)
             if type_name is None:
                 raise InvalidArgument(f"item {index}: unknown replication type {item.type}")
-            self._check_name(index, "topic", item.topic, allow_empty=False)
+            self.config.check_name(index, "topic", item.topic, allow_empty=False)
             if item.partition < 0:
                 raise InvalidArgument(f"item {index}: partition must be >= 0, got {item.partition}")
             if not 0.0 <= item.record_bytes < math.inf:
                 raise InvalidArgument(f"item {index}: record_bytes must be a finite number >= 0")
-            t = self.item_time(index, item, now_ms)
+            t = item_time(index, item, now_ms)
             items.append((item.node_id, type_name, item.topic, item.partition, item.record_bytes, t))
             keys.append(f"replication:{item.node_id}")
         return items, keys
@@ -645,13 +665,13 @@ class Gateway:
         return route
 
     def producer_id_items(self, batch: pb.ProducerIdBatch, now_ms: int) -> list[tuple[str, int, int]]:
-        self.check_size(len(batch.items))
+        self.config.check_size(len(batch.items))
         items = []
         for index, item in enumerate(batch.items):
-            self._check_name(index, "user", item.user, allow_empty=False)
+            self.config.check_name(index, "user", item.user, allow_empty=False)
             if not 0 <= item.producer_id <= _MAX_PRODUCER_ID:
                 raise InvalidArgument(f"item {index}: producer_id must be >= 0, got {item.producer_id}")
-            items.append((item.user, item.producer_id, self.item_time(index, item, now_ms)))
+            items.append((item.user, item.producer_id, item_time(index, item, now_ms)))
         return items
 
     # --- admission -------------------------------------------------------------------------------------
@@ -705,8 +725,8 @@ class Gateway:
                 groups[shard] = [index]
             else:
                 group.append(index)
+        sizes = pending.sizes
         for shard, group in groups.items():
-            sizes = pending.sizes
             size = sum(sizes[i] for i in group) if sizes is not None else 0
             self.workers[shard].put([_Unit(pending, group, offset, size)], front=front)
 

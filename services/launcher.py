@@ -45,7 +45,6 @@ Why the details are as they are:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import json
@@ -139,8 +138,6 @@ def ray_temp_dir_for(data_dir: Path) -> Path | None:
 def parse_resource_flags(flag: str, values: Sequence[str] | None) -> dict[str, float] | None:
     """``NAME[=AMOUNT]`` strings (a repeatable CLI flag; the amount defaults to 1) as a resources mapping,
     None when there are none; bad syntax, a repeated name or a bad amount is a LaunchError naming ``flag``."""
-    from quotaplane.actors._resources import check_resources
-
     if not values:
         return None
     resources: dict[str, float] = {}
@@ -156,10 +153,7 @@ def parse_resource_flags(flag: str, values: Sequence[str] | None) -> dict[str, f
         if name in resources:
             raise LaunchError(f"{flag} {name!r} is given twice")
         resources[name] = amount
-    try:
-        return check_resources(resources, flag)
-    except ValueError as e:
-        raise LaunchError(str(e)) from None
+    return _checked_resources(flag, resources)
 
 
 def _checked_resources(what: str, resources: Mapping[str, float] | None) -> dict[str, float] | None:
@@ -178,6 +172,14 @@ def _first_line(exc: BaseException) -> str:
 
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def _check_port(flag: str, port: int | None, *, optional: bool = False) -> None:
+    """LaunchError unless ``port`` is an int in 0..65535 (or, if ``optional``, None: no listener)."""
+    if port is None and optional:
+        return
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise LaunchError(f"{flag} must be in 0..65535, got {port!r}")
 
 
 def _check_port_free(host: str, port: int, what: str = "the admin service") -> None:
@@ -407,22 +409,25 @@ def _check_health(
     address: str, timeout_s: float, service: str | None = None, what: str = "admin service", *, tls: bool = False
 ) -> None:
     """A gRPC health check (default: the AdminService's), as a client sees it; for a TLS listener, a TLS
-    handshake (see the module docstring: this process cannot be the listener's client)."""
-    if tls:
-        from ._security import check_tls_answers
-
-        host, _, port = address.rpartition(":")
-        check_tls_answers(host, int(port), timeout_s)
-        return
+    handshake (see the module docstring: this process cannot be the listener's client). LaunchError (one
+    line) if it is not serving or does not answer."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from ._security import check_tls_answers
     from .admin import SERVICE_NAME
 
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        request = health_pb2.HealthCheckRequest(service=SERVICE_NAME if service is None else service)
-        response = stub.Check(request, timeout=timeout_s)
+    try:
+        if tls:
+            host, _, port = address.rpartition(":")
+            check_tls_answers(host, int(port), timeout_s)
+            return
+        with grpc.insecure_channel(address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            request = health_pb2.HealthCheckRequest(service=SERVICE_NAME if service is None else service)
+            response = stub.Check(request, timeout=timeout_s)
+    except Exception as e:
+        raise LaunchError(f"the {what} at {address} does not answer: {_first_line(e)}") from None
     if response.status != health_pb2.HealthCheckResponse.SERVING:
         raise LaunchError(f"the {what} at {address} is not serving ({response.status})")
 
@@ -474,22 +479,12 @@ def launch(
     """
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise LaunchError(f"--shards must be a positive integer, got {shards!r}")
-    if isinstance(admin_port, bool) or not isinstance(admin_port, int) or not 0 <= admin_port <= 65535:
-        raise LaunchError(f"--admin-port must be in 0..65535, got {admin_port!r}")
-    if gateway_port is not None and (
-        isinstance(gateway_port, bool) or not isinstance(gateway_port, int) or not 0 <= gateway_port <= 65535
-    ):
-        raise LaunchError(f"--gateway-port must be in 0..65535, got {gateway_port!r}")
+    _check_port("--admin-port", admin_port)
+    _check_port("--gateway-port", gateway_port, optional=True)
     if gateway_port and gateway_port == admin_port:
         raise LaunchError(f"--gateway-port and --admin-port must differ, both are {admin_port}")
-    if metrics_port is not None and (
-        isinstance(metrics_port, bool) or not isinstance(metrics_port, int) or not 0 <= metrics_port <= 65535
-    ):
-        raise LaunchError(f"--metrics-port must be in 0..65535, got {metrics_port!r}")
-    if frontend_port is not None and (
-        isinstance(frontend_port, bool) or not isinstance(frontend_port, int) or not 0 <= frontend_port <= 65535
-    ):
-        raise LaunchError(f"--frontend-port must be in 0..65535, got {frontend_port!r}")
+    _check_port("--metrics-port", metrics_port, optional=True)
+    _check_port("--frontend-port", frontend_port, optional=True)
     if frontend_port is not None and gateway_port is None:
         raise LaunchError("the Kafka frontend needs the usage gateway (its telemetry and connection services)")
     if frontend_port and frontend_port in (admin_port, gateway_port, metrics_port):
@@ -530,10 +525,8 @@ def launch(
         frontend_port = None
     frontend_token = None
     if frontend_port is not None and security is not None and security.operator_auth:
-        from ._security import _digest
-
         frontend_token = secrets.token_urlsafe(32)
-        security = dataclasses.replace(security, token_digests=security.token_digests | {_digest(frontend_token)})
+        security = security.with_operator_token(frontend_token)
     cluster = Cluster(
         data_dir,
         host,
@@ -704,12 +697,7 @@ def _start(
         )
     except OSError as e:
         raise LaunchError(f"{_first_line(e)} for the admin service") from None
-    try:
-        _check_health(cluster.admin_address, remaining(), tls=cluster.security is not None and cluster.security.tls)
-    except LaunchError:
-        raise
-    except Exception as e:
-        raise LaunchError(f"the admin service at {cluster.admin_address} does not answer: {_first_line(e)}") from None
+    _check_health(cluster.admin_address, remaining(), tls=cluster.security is not None and cluster.security.tls)
     if cluster.gateway_port is not None:
         _start_gateway(cluster, remaining())
     if cluster.frontend_port is not None:
@@ -740,18 +728,8 @@ def _start_gateway(cluster: Cluster, timeout_s: float) -> None:
         raise LaunchError(f"the usage gateway did not start: {_first_line(e)}") from None
     address = cluster.gateway_address
     assert address is not None
-    try:
-        _check_health(
-            address,
-            timeout_s,
-            QUOTA_SERVICE_NAME,
-            "usage gateway",
-            tls=cluster.security is not None and cluster.security.tls,
-        )
-    except LaunchError:
-        raise
-    except Exception as e:
-        raise LaunchError(f"the usage gateway at {address} does not answer: {_first_line(e)}") from None
+    tls = cluster.security is not None and cluster.security.tls
+    _check_health(address, timeout_s, QUOTA_SERVICE_NAME, "usage gateway", tls=tls)
 
 
 def _start_frontend(cluster: Cluster) -> None:

@@ -263,10 +263,7 @@ class QuotaplaneCollector(Collector):
         seen is already a restart (Ray reconstructed it before this endpoint started)."""
         incarnation = progress["incarnation"]
         seen = self._incarnations.get(name)
-        if seen is None:
-            if progress["reconstructed"]:
-                self.shard_restarts[name] = self.shard_restarts.get(name, 0) + 1
-        elif seen != incarnation:
+        if progress["reconstructed"] if seen is None else seen != incarnation:
             self.shard_restarts[name] = self.shard_restarts.get(name, 0) + 1
         self._incarnations[name] = incarnation
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from quotaplane.services.gateway import InvalidArgument, unary
+from quotaplane.services.gateway import InvalidArgument, item_time, unary
 from quotaplane.v1 import telemetry_pb2 as pb
 from quotaplane.v1 import telemetry_pb2_grpc
 
@@ -48,65 +48,45 @@ _INT8_MIN, _INT8_MAX = -128, 127
 _ZERO_KEY = str(ZERO_UUID)
 
 
-class _Checker:
-    """The gateway's limits, applied to one batch; every message names the offending request."""
+# The gateway's checks name a request ``requests[i]`` (a disconnect ``connections[i]``): the batches'
+# repeated fields.
+_REQUESTS = "requests"
+_CONNECTIONS = "connections"
 
-    def __init__(self, gateway: Any, field: str, count: int) -> None:
-        config = gateway.config
-        self.field = field
-        self.max_name = config.max_name_length
-        if count == 0:
-            raise InvalidArgument(f"empty batch: send at least one item in {field}")
-        if count > config.max_batch_items:
-            raise InvalidArgument(f"batch of {count} items is over the limit of {config.max_batch_items}")
 
-    def string(self, index: int, what: str, value: str, *, allow_empty: bool = True) -> str:
-        if not value and not allow_empty:
-            raise InvalidArgument(f"{self.field}[{index}]: {what} must not be empty")
-        if len(value) > self.max_name:
-            raise InvalidArgument(f"{self.field}[{index}]: {what} is longer than {self.max_name} characters")
-        if "\x00" in value:
-            raise InvalidArgument(f"{self.field}[{index}]: {what} contains a NUL character")
-        return value
-
-    def client_instance_id(self, index: int, raw: bytes, *, required: bool = False) -> Uuid:
-        if len(raw) not in (0, 16):
-            raise InvalidArgument(
-                f"{self.field}[{index}]: client_instance_id must be 16 bytes (a Kafka Uuid) or empty, got {len(raw)}"
-            )
-        uuid = Uuid(raw) if raw else ZERO_UUID
-        if required and uuid in RESERVED:
-            raise InvalidArgument(f"{self.field}[{index}]: client_instance_id must be a client's id, not {uuid}")
-        return uuid
-
-    def now_ms(self, index: int, message: Any, default_ms: int) -> int:
-        now_ms = message.now_ms if message.HasField("now_ms") else default_ms
-        if now_ms < 0:
-            raise InvalidArgument(f"{self.field}[{index}]: now_ms must be >= 0, got {now_ms}")
-        return now_ms
-
-    def context(self, index: int, ctx: pb.RequestContext) -> tuple:
-        """The host's context tuple: (connection_id, client_id, software name, version, address, port,
-        principal); an empty principal is Kafka's anonymous one."""
-        string = self.string
-        port = ctx.client_source_port if ctx.HasField("client_source_port") else None
-        if port is not None and not 0 <= port <= 65535:
-            raise InvalidArgument(f"{self.field}[{index}]: client_source_port must be in 0..65535, got {port}")
-        return (
-            string(index, "context.connection_id", ctx.connection_id, allow_empty=False),
-            string(index, "context.client_id", ctx.client_id),
-            string(index, "context.client_software_name", ctx.client_software_name)
-            if ctx.HasField("client_software_name")
-            else None,
-            string(index, "context.client_software_version", ctx.client_software_version)
-            if ctx.HasField("client_software_version")
-            else None,
-            string(index, "context.client_source_address", ctx.client_source_address)
-            if ctx.HasField("client_source_address")
-            else None,
-            port,
-            string(index, "context.principal", ctx.principal) or ANONYMOUS_PRINCIPAL,
+def _instance_id(field: str, index: int, raw: bytes, *, required: bool = False) -> Uuid:
+    if len(raw) not in (0, 16):
+        raise InvalidArgument(
+            f"{field}[{index}]: client_instance_id must be 16 bytes (a Kafka Uuid) or empty, got {len(raw)}"
         )
+    uuid = Uuid(raw) if raw else ZERO_UUID
+    if required and uuid in RESERVED:
+        raise InvalidArgument(f"{field}[{index}]: client_instance_id must be a client's id, not {uuid}")
+    return uuid
+
+
+def _context(config: Any, index: int, ctx: pb.RequestContext) -> tuple:
+    """The host's context tuple: (connection_id, client_id, software name, version, address, port,
+    principal); an empty principal is Kafka's anonymous one."""
+    port = ctx.client_source_port if ctx.HasField("client_source_port") else None
+    if port is not None and not 0 <= port <= 65535:
+        raise InvalidArgument(f"{_REQUESTS}[{index}]: client_source_port must be in 0..65535, got {port}")
+    check, has = config.check_name, ctx.HasField
+    return (
+        check(index, "context.connection_id", ctx.connection_id, allow_empty=False, field=_REQUESTS, empty_hint=""),
+        check(index, "context.client_id", ctx.client_id, field=_REQUESTS),
+        check(index, "context.client_software_name", ctx.client_software_name, field=_REQUESTS)
+        if has("client_software_name")
+        else None,
+        check(index, "context.client_software_version", ctx.client_software_version, field=_REQUESTS)
+        if has("client_software_version")
+        else None,
+        check(index, "context.client_source_address", ctx.client_source_address, field=_REQUESTS)
+        if has("client_source_address")
+        else None,
+        port,
+        check(index, "context.principal", ctx.principal, field=_REQUESTS) or ANONYMOUS_PRINCIPAL,
+    )
 
 
 def get_items(
@@ -114,13 +94,13 @@ def get_items(
 ) -> tuple[list[tuple], list[str]]:
     """The host's ``("get", id, context, now_ms)`` items and their routing keys; a zero or reserved id
     replaced by a fresh one (routed by it)."""
-    check = _Checker(gateway, "requests", len(batch.requests))
+    gateway.config.check_size(len(batch.requests), _REQUESTS)
     items: list[tuple] = []
     keys: list[str] = []
     for index, request in enumerate(batch.requests):
-        uuid = check.client_instance_id(index, request.client_instance_id)
-        context = check.context(index, request.context)
-        t = check.now_ms(index, request, now_ms)
+        uuid = _instance_id(_REQUESTS, index, request.client_instance_id)
+        context = _context(gateway.config, index, request.context)
+        t = item_time(index, request, now_ms, _REQUESTS)
         if uuid in RESERVED:
             uuid = new_id()
         items.append(("get", bytes(uuid), context, t))
@@ -131,17 +111,17 @@ def get_items(
 def push_items(gateway: Any, batch: pb.PushTelemetryBatch, now_ms: int) -> tuple[list[tuple], list[str]]:
     """The host's push items and their routing keys. A zero or reserved id stays: the core answers it
     INVALID_REQUEST, as Kafka (those items all go to the shard owning the zero id's key)."""
-    check = _Checker(gateway, "requests", len(batch.requests))
+    gateway.config.check_size(len(batch.requests), _REQUESTS)
     items: list[tuple] = []
     keys: list[str] = []
     for index, request in enumerate(batch.requests):
-        uuid = check.client_instance_id(index, request.client_instance_id)
+        uuid = _instance_id(_REQUESTS, index, request.client_instance_id)
         if not _INT8_MIN <= request.compression_type <= _INT8_MAX:
             raise InvalidArgument(
-                f"requests[{index}]: compression_type {request.compression_type} is not a Kafka int8 value"
+                f"{_REQUESTS}[{index}]: compression_type {request.compression_type} is not a Kafka int8 value"
             )
-        context = check.context(index, request.context)
-        t = check.now_ms(index, request, now_ms)
+        context = _context(gateway.config, index, request.context)
+        t = item_time(index, request, now_ms, _REQUESTS)
         items.append(
             (
                 "push",
@@ -160,13 +140,15 @@ def push_items(gateway: Any, batch: pb.PushTelemetryBatch, now_ms: int) -> tuple
 
 def disconnect_items(gateway: Any, batch: pb.ClientDisconnectedBatch, now_ms: int) -> tuple[list[tuple], list[str]]:
     """``("disconnect", connection_id, id, now_ms)`` items, routed to the shard holding the instance."""
-    check = _Checker(gateway, "connections", len(batch.connections))
+    gateway.config.check_size(len(batch.connections), _CONNECTIONS)
     items: list[tuple] = []
     keys: list[str] = []
     for index, item in enumerate(batch.connections):
-        connection_id = check.string(index, "connection_id", item.connection_id, allow_empty=False)
-        uuid = check.client_instance_id(index, item.client_instance_id, required=True)
-        items.append(("disconnect", connection_id, bytes(uuid), check.now_ms(index, item, now_ms)))
+        connection_id = gateway.config.check_name(
+            index, "connection_id", item.connection_id, allow_empty=False, field=_CONNECTIONS, empty_hint=""
+        )
+        uuid = _instance_id(_CONNECTIONS, index, item.client_instance_id, required=True)
+        items.append(("disconnect", connection_id, bytes(uuid), item_time(index, item, now_ms, _CONNECTIONS)))
         keys.append(str(uuid))
     return items, keys
 

@@ -280,25 +280,20 @@ def _request_window(
                 for r in reversed(newest)
             ]
     # Exact path: the request-id runs of each frame, in offset order, through the image's own bookkeeping
-    # (ConfigImage._remember_requests trims at the end of each frame, as a replay of the log does).
-    image = ConfigImage(max_applied_requests=max_applied_requests)
-    if seed_header is not None:
-        image._applied_requests = {
-            r.request_id: [r.first_offset, r.last_offset] for r in seed_header.applied_requests[-max_applied_requests:]
-        }
+    # (it trims at the end of each frame, as a replay of the log does).
     rows = events.where(F.col("segment") >= 0).select("frame_base", "offset", "request_id").orderBy("offset")
-    for _, frame in itertools.groupby(rows.toLocalIterator(), key=lambda r: r.frame_base):
-        offsets, request_ids = [], []
-        for request_id, run in itertools.groupby(frame, key=lambda r: r.request_id):
-            run = list(run)
-            offsets += [run[0].offset, run[-1].offset]
-            request_ids += [request_id, request_id]
-        image._remember_requests(offsets, request_ids)
-    image._trim_requests(force=True)
-    return [
-        pb.AppliedRequest(request_id=rid, first_offset=span[0], last_offset=span[1])
-        for rid, span in image._applied_requests.items()
-    ]
+
+    def frames() -> Iterator[tuple[list[int], list[str]]]:
+        for _, frame in itertools.groupby(rows.toLocalIterator(), key=lambda r: r.frame_base):
+            offsets, request_ids = [], []
+            for request_id, run in itertools.groupby(frame, key=lambda r: r.request_id):
+                run = list(run)
+                offsets += [run[0].offset, run[-1].offset]
+                request_ids += [request_id, request_id]
+            yield offsets, request_ids
+
+    seed = seed_header.applied_requests if seed_header is not None else ()
+    return ConfigImage.applied_request_window(seed, frames(), max_applied_requests=max_applied_requests)
 
 
 def compact_log(
@@ -396,19 +391,8 @@ def _write_history(spark: SparkSession, events: DataFrame, history_dir: str, sta
     history = (
         events.withColumn("old_value", F.lag("new_value").over(by_key))
         .where(F.col("segment") >= 0)
-        .select(
-            "offset",
-            "commit_time_ms",
-            F.timestamp_millis("commit_time_ms").alias("commit_time"),
-            "principal",
-            "request_id",
-            "kind",
-            "entity",
-            "key",
-            "old_value",
-            "new_value",
-            "segment",
-        )
+        .withColumn("commit_time", F.timestamp_millis("commit_time_ms"))
+        .select(*HISTORY_COLUMNS, "segment")
     )
     if seeded:
         # the segment the seed snapshot cuts through holds only part of its events here: write it only

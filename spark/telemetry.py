@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from quotaplane.archive import ArchiveRecord
+from quotaplane.exporters.archive import TELEMETRY_STREAM
 
 from ._archive import list_hour_dirs, read_stream
 from ._session import JobInputError
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["POINT_SCHEMA", "TELEMETRY_STREAM", "TelemetryCompaction", "compact_telemetry", "decode_telemetry"]
-
-TELEMETRY_STREAM = "telemetry"
 
 POINT_SCHEMA = (
     "date date, hour int, time_ms long, received_ms long, client_instance_id string, client_id string, "

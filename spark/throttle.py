@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from quotaplane.archive import ArchiveRecord
+from quotaplane.exporters.archive import THROTTLE_STREAM
 
 from ._archive import list_hour_dirs, read_stream
 from ._session import JobInputError
@@ -51,7 +52,6 @@ __all__ = [
     "throttle_report",
 ]
 
-THROTTLE_STREAM = "throttle"
 PRODUCE_THROTTLE_PREFIX = "org.apache.kafka.producer.produce.throttle.time."
 FETCH_THROTTLE_PREFIX = "org.apache.kafka.consumer.fetch.manager.fetch.throttle.time."
 THROTTLE_SCHEMA = "time_ms long, quota_type string, user string, client_id string, throttle_time_ms long"

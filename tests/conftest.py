@@ -1,11 +1,16 @@
 """Fixtures shared across test packages: one local SparkSession for the whole run (starting one costs
-seconds; the Spark job tests and the frontend's end-to-end check share it), scratch under a temp dir."""
+seconds; the Spark job tests and the frontend's end-to-end check share it), scratch under a temp dir; the
+environment and a short data-dir parent for tests that run ``quotaplane up`` as a subprocess (tests/services,
+tests/deploy)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +30,24 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment of every ``quotaplane`` subprocess: no inherited Ray or admin settings (from a developer's
+    shell), a private HOME."""
+    home = tmp_path / "home"
+    home.mkdir()
+    drop = {"RAY_ADDRESS", "RAY_TMPDIR", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "QUOTAPLANE_ADMIN", "QUOTAPLANE_PRINCIPAL"}
+    return {k: v for k, v in os.environ.items() if k not in drop} | {"HOME": str(home)}
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A data-dir parent short enough that Ray's sockets fit under ``DATA_DIR/ray`` (pytest's tmp paths are too
+    deep: there the launcher would fall back to a temp dir, tested in tests/services/test_up.py)."""
+    path = Path(tempfile.mkdtemp(prefix="qpu-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

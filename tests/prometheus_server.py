@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from tests.support import free_port
 
 T = TypeVar("T")
 
@@ -39,12 +40,6 @@ def promtool(*args: str) -> str:
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(fn: Callable[[], T], until: Callable[[T], bool], *, timeout_s: float, what: str) -> T:

@@ -20,7 +20,7 @@ outside.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -445,7 +445,7 @@ class ConfigImage:
             else:
                 raise CorruptEventError(f"the event at offset {offset} has an unknown record kind {kind}")
 
-    def _remember_requests(self, offsets: list[int] | range, request_ids: list[str]) -> None:
+    def _remember_requests(self, offsets: Sequence[int], request_ids: Sequence[str]) -> None:
         """Record each request's (first, last) offsets: one dict lookup per run of equal request ids."""
         requests = self._applied_requests
         previous: str | None = None
@@ -536,11 +536,33 @@ class ConfigImage:
             raise CorruptEventError(f"snapshot holds {count} entries, its header says {header.entry_count}")
         image.end_offset = header.end_offset
         image.last_commit_time_ms = header.last_commit_time_ms
-        image._applied_requests = {
-            r.request_id: [r.first_offset, r.last_offset]
-            for r in (header.applied_requests[-max_applied_requests:] if max_applied_requests else ())
-        }
+        image._seed_requests(header.applied_requests)
         return image
+
+    def _seed_requests(self, applied_requests: Sequence[pb.AppliedRequest]) -> None:
+        """Start the request window from a snapshot header's (oldest first), as far as this image keeps."""
+        limit = self._max_applied_requests
+        self._applied_requests = {
+            r.request_id: [r.first_offset, r.last_offset] for r in (applied_requests[-limit:] if limit else ())
+        }
+
+    @classmethod
+    def applied_request_window(
+        cls,
+        seed: Sequence[pb.AppliedRequest],
+        batches: Iterable[tuple[Sequence[int], Sequence[str]]],
+        *,
+        max_applied_requests: int = DEFAULT_MAX_APPLIED_REQUESTS,
+    ) -> list[pb.AppliedRequest]:
+        """The applied-request window (what ``snapshot_header`` holds) of an image that starts from
+        ``seed`` (a snapshot header's window) and replays the log batches ``(offsets, request_ids)`` in
+        order, bulk trims included, without applying any record. A run of one request id may be given
+        as its first and last event only."""
+        image = cls(max_applied_requests=max_applied_requests)
+        image._seed_requests(seed)
+        for offsets, request_ids in batches:
+            image._remember_requests(offsets, request_ids)
+        return list(image.snapshot_header().applied_requests)
 
     # --- convenience for tests and audits -----------------------------------------------------------
     @classmethod

@@ -55,6 +55,7 @@ __all__ = [
     "LABEL_PUSH_INTERVAL_MS",
     "LABEL_TERMINATING",
     "TELEMETRY_STREAM",
+    "THROTTLE_STREAM",
     "ArchiveExporterStats",
     "RecordSink",
     "TelemetryArchiveExporter",
@@ -64,6 +65,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 TELEMETRY_STREAM = "telemetry"
+#: The shards' throttle decisions (``actors/_throttle_archive.py``), read by the Spark throttle report.
+THROTTLE_STREAM = "throttle"
 #: The push labels added to the resource attributes (values are strings, as every label).
 LABEL_PUSH_INTERVAL_MS = "push_interval_ms"  # decimal, the interval the client was given
 LABEL_COMPRESSION_TYPE = "compression_type"  # decimal Kafka CompressionType id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd

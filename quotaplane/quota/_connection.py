@@ -594,6 +594,10 @@ class ConnectionQuotas:
     def listeners(self) -> list[str]:
         return list(self._listeners)
 
+    def has_listener(self, listener: str) -> bool:
+        """Whether ``listener`` is tracked (added and not removed); no copy of :attr:`listeners`."""
+        return listener in self._listeners
+
     def protected_listener(self, listener: str) -> bool:
         """The inter-broker listener, when more than one listener exists."""
         return self._protected_listener(self._listener(listener).name)

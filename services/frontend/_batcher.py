@@ -73,9 +73,6 @@ class Batcher(Generic[_I, _R]):
             self._timer = loop.call_later(self._linger_s, self._flush)
         return future
 
-    async def call(self, item: _I) -> _R:
-        return await self.submit(item)
-
     def _flush(self) -> None:
         if self._timer is not None:
             self._timer.cancel()

@@ -85,29 +85,25 @@ class UnsupportedRequestError(ProtocolError):
         return self.header.correlation_id
 
 
-def _tables() -> tuple[
-    dict[tuple[int, int], tuple[MessageCodec, MessageCodec]],
-    dict[tuple[int, int], tuple[MessageCodec, MessageCodec, type]],
-    dict[tuple[int, int], tuple[MessageCodec, MessageCodec]],
-]:
-    """(api key, version) -> header and body codecs, resolved once at import."""
-    requests_in: dict[tuple[int, int], tuple[MessageCodec, MessageCodec]] = {}
-    responses_out: dict[tuple[int, int], tuple[MessageCodec, MessageCodec, type]] = {}
-    requests_out: dict[tuple[int, int], tuple[MessageCodec, MessageCodec]] = {}
+#: (api key, version) -> (header codec, body codec)
+_Table = dict[tuple[int, int], tuple[MessageCodec, MessageCodec]]
+
+
+def _tables() -> tuple[_Table, _Table]:
+    """(api key, version) -> (header codec, body codec) of requests and of responses, resolved once at import."""
+    requests: _Table = {}
+    responses: _Table = {}
     for key, (req, resp) in APIS.items():
         for v in req.versions:
             body = req.codec(v)
-            header = REQUEST_HEADER.codec(request_header_version(key, v, body.flexible))
-            requests_in[key, v] = (header, body)
-            requests_out[key, v] = (header, body)
+            requests[key, v] = (REQUEST_HEADER.codec(request_header_version(key, v, body.flexible)), body)
         for v in resp.versions:
             body = resp.codec(v)
-            header = RESPONSE_HEADER.codec(response_header_version(key, body.flexible))
-            responses_out[key, v] = (header, body, resp.cls)
-    return requests_in, responses_out, requests_out
+            responses[key, v] = (RESPONSE_HEADER.codec(response_header_version(key, body.flexible)), body)
+    return requests, responses
 
 
-_REQUESTS, _RESPONSES, _REQUESTS_OUT = _tables()
+_REQUESTS, _RESPONSES = _tables()
 
 
 def supported_versions() -> dict[int, tuple[int, int]]:
@@ -151,6 +147,27 @@ def _unsupported(frame: Buffer, api_key: int, api_version: int, correlation_id: 
     )
 
 
+def _codecs(table: _Table, what: str, api_key: int, api_version: int) -> tuple[MessageCodec, MessageCodec]:
+    codecs = table.get((api_key, api_version))
+    if codecs is None:
+        raise ProtocolError(f"no {what} schema for API key {api_key} version {api_version}")
+    return codecs
+
+
+def _frame(
+    api_key: int, header_codec: MessageCodec, header: Any, body_codec: MessageCodec, body: Any, verb: str
+) -> bytes:
+    """int32 size, header, body; ``body`` must be an instance of the body codec's class."""
+    cls = body_codec.spec.cls
+    if type(body) is not cls:
+        raise TypeError(f"API key {api_key} {verb} {cls.__name__}, not {type(body).__name__}")
+    out = bytearray(4)
+    header_codec.encode(out, header)
+    body_codec.encode(out, body)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
     """The wire frame of a response: int32 size, response header, body.
 
@@ -158,34 +175,17 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     Fields the version does not have are not written. Raises ``ProtocolError`` if a value
     cannot be encoded at that version (a null where it is not nullable, an int out of range).
     """
-    codecs = _RESPONSES.get((api_key, api_version))
-    if codecs is None:
-        raise ProtocolError(f"no response schema for API key {api_key} version {api_version}")
-    header_codec, body_codec, cls = codecs
-    if type(body) is not cls:
-        raise TypeError(f"API key {api_key} responds with {cls.__name__}, not {type(body).__name__}")
-    out = bytearray(4)
-    header_codec.encode(out, ResponseHeader(correlation_id))
-    body_codec.encode(out, body)
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    header_codec, body_codec = _codecs(_RESPONSES, "response", api_key, api_version)
+    return _frame(api_key, header_codec, ResponseHeader(correlation_id), body_codec, body, "responds with")
 
 
 def encode_request(
     api_key: int, api_version: int, correlation_id: int, body: Any, client_id: str | None = "quotaplane"
 ) -> bytes:
     """The wire frame of a request (int32 size, request header, body), as a client sends it."""
-    codecs = _REQUESTS_OUT.get((api_key, api_version))
-    if codecs is None:
-        raise ProtocolError(f"no request schema for API key {api_key} version {api_version}")
-    header_codec, body_codec = codecs
-    if type(body) is not body_codec.spec.cls:
-        raise TypeError(f"API key {api_key} takes {body_codec.spec.cls.__name__}, not {type(body).__name__}")
-    out = bytearray(4)
-    header_codec.encode(out, RequestHeader(api_key, api_version, correlation_id, client_id))
-    body_codec.encode(out, body)
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    header_codec, body_codec = _codecs(_REQUESTS, "request", api_key, api_version)
+    header = RequestHeader(api_key, api_version, correlation_id, client_id)
+    return _frame(api_key, header_codec, header, body_codec, body, "takes")
 
 
 def decode_response(api_key: int, api_version: int, frame: Buffer) -> DecodedResponse:
@@ -193,10 +193,7 @@ def decode_response(api_key: int, api_version: int, frame: Buffer) -> DecodedRes
 
     Responses do not name their API: the caller knows it from the correlation id.
     """
-    codecs = _RESPONSES.get((api_key, api_version))
-    if codecs is None:
-        raise ProtocolError(f"no response schema for API key {api_key} version {api_version}")
-    header_codec, body_codec, _ = codecs
+    header_codec, body_codec = _codecs(_RESPONSES, "response", api_key, api_version)
     header, pos = header_codec.decode(frame, 0)
     body, pos = body_codec.decode(frame, pos)
     if pos != len(frame):

@@ -41,8 +41,10 @@ from quotaplane.v1 import connection_pb2 as conn_pb
 from quotaplane.v1 import quota_pb2 as quota_pb
 from quotaplane.v1 import telemetry_pb2 as tele_pb
 
+from quotaplane.errors import Errors
+
 from ._codec import UnsupportedRequestError, decode_request, encode_response
-from ._handlers import ADMIN_APIS, KafkaError, gateway_safe
+from ._handlers import ADMIN_APIS, gateway_safe
 from ._messages import (
     ApiKey,
     ApiVersionsResponse,
@@ -284,12 +286,12 @@ async def _loop(
         except UnsupportedRequestError as e:
             if e.api_key == ApiKey.API_VERSIONS:
                 body = ApiVersionsResponse(
-                    error_code=KafkaError.UNSUPPORTED_VERSION,
+                    error_code=Errors.UNSUPPORTED_VERSION,
                     api_keys=[
                         ApiVersionsResponse.ApiVersion(ApiKey.API_VERSIONS, *server.versions[ApiKey.API_VERSIONS])
                     ],
                 )
-                stats.count(ApiKey.API_VERSIONS, KafkaError.UNSUPPORTED_VERSION)
+                stats.count(ApiKey.API_VERSIONS, Errors.UNSUPPORTED_VERSION)
                 writer.write(encode_response(ApiKey.API_VERSIONS, 0, e.correlation_id, body))
                 await writer.drain()
                 continue
@@ -372,10 +374,10 @@ async def _handle(server: FrontendServer, state: ConnectionState, request: Any, 
 # --- SASL ------------------------------------------------------------------------------------------------
 def _sasl_handshake(server: FrontendServer, state: ConnectionState, request: Any) -> Any:
     if not server.config.sasl_enabled or state.authenticated or state.sasl_mechanism is not None:
-        return SaslHandshakeResponse(error_code=KafkaError.ILLEGAL_SASL_STATE, mechanisms=[])
+        return SaslHandshakeResponse(error_code=Errors.ILLEGAL_SASL_STATE, mechanisms=[])
     mechanism = request.body.mechanism
     if mechanism != PLAIN:
-        return SaslHandshakeResponse(error_code=KafkaError.UNSUPPORTED_SASL_MECHANISM, mechanisms=[PLAIN])
+        return SaslHandshakeResponse(error_code=Errors.UNSUPPORTED_SASL_MECHANISM, mechanisms=[PLAIN])
     state.sasl_mechanism = mechanism
     state.raw_sasl = request.api_version == 0  # v0: the token follows without a Kafka header
     return SaslHandshakeResponse(mechanisms=[PLAIN])
@@ -384,12 +386,12 @@ def _sasl_handshake(server: FrontendServer, state: ConnectionState, request: Any
 def _sasl_authenticate(server: FrontendServer, state: ConnectionState, request: Any) -> Any:
     if not server.config.sasl_enabled or state.authenticated or state.sasl_mechanism is None:
         return SaslAuthenticateResponse(
-            error_code=KafkaError.ILLEGAL_SASL_STATE, error_message="Unexpected SaslAuthenticate request"
+            error_code=Errors.ILLEGAL_SASL_STATE, error_message="Unexpected SaslAuthenticate request"
         )
     try:
         _authenticate(server, state, bytes(request.body.auth_bytes))
     except CloseConnection as e:
-        return SaslAuthenticateResponse(error_code=KafkaError.SASL_AUTHENTICATION_FAILED, error_message=e.reason)
+        return SaslAuthenticateResponse(error_code=Errors.SASL_AUTHENTICATION_FAILED, error_message=e.reason)
     return SaslAuthenticateResponse(error_message=None)
 
 

@@ -32,6 +32,7 @@ from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import config_events_pb2 as events_pb
 from quotaplane.v1 import telemetry_pb2 as tele_pb
 
+from quotaplane.errors import Errors
 from quotaplane.kafka_uuid import ZERO_UUID, Uuid
 
 from ._messages import (
@@ -51,25 +52,9 @@ if TYPE_CHECKING:
     from ._connection import ConnectionState
     from .server import FrontendConfig, FrontendServer
 
-__all__ = ["ADMIN_APIS", "KafkaApis", "KafkaError", "gateway_safe", "valid_software_field"]
+__all__ = ["ADMIN_APIS", "KafkaApis", "gateway_safe", "valid_software_field"]
 
 log = logging.getLogger(__name__)
-
-
-class KafkaError:
-    """The Kafka error codes the frontend itself answers (Kafka's ``Errors`` ids)."""
-
-    NONE = 0
-    UNKNOWN_SERVER_ERROR = -1
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    TOPIC_AUTHORIZATION_FAILED = 29
-    CLUSTER_AUTHORIZATION_FAILED = 31
-    UNSUPPORTED_SASL_MECHANISM = 33
-    ILLEGAL_SASL_STATE = 34
-    UNSUPPORTED_VERSION = 35
-    INVALID_REQUEST = 42
-    SASL_AUTHENTICATION_FAILED = 58
-    UNKNOWN_TOPIC_ID = 100
 
 
 #: Kafka's ConfigResource.Type of a topic (its authorization is per topic, not per cluster).
@@ -123,17 +108,13 @@ def _grpc_error(exc: BaseException) -> tuple[int, str]:
                     return int(value), exc.details() or ""
                 except (TypeError, ValueError):
                     break
-        return KafkaError.UNKNOWN_SERVER_ERROR, f"{exc.code().name}: {exc.details() or ''}"
-    return KafkaError.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+        return Errors.UNKNOWN_SERVER_ERROR, f"{exc.code().name}: {exc.details() or ''}"
+    return Errors.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
 
 
+# A None passed to a protobuf constructor leaves that (optional) field unset: Kafka's null.
 def _entity_data(entity: Iterable[Any]) -> list[events_pb.EntityData]:
-    return [
-        events_pb.EntityData(entity_type=e.entity_type)
-        if e.entity_name is None
-        else events_pb.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
-        for e in entity
-    ]
+    return [events_pb.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entity]
 
 
 class KafkaApis:
@@ -145,6 +126,15 @@ class KafkaApis:
         self._supported = server.supported
 
     # --- authorization ---------------------------------------------------------------------------------
+    async def _per_resource(self, state: ConnectionState, method: str, request: Any, field: str, count: int) -> list:
+        """An AdminService call answering one result per resource asked: the ``field`` results, in order;
+        RuntimeError if their number differs (the caller answers every resource with the error)."""
+        response = await state.wait(self.server.backend.admin_call(method, request, state.principal))
+        answers = list(getattr(response, field))
+        if len(answers) != count:
+            raise RuntimeError("the admin service answered a different number of resources")
+        return answers
+
     def authorized(self, state: ConnectionState) -> bool:
         """Whether the connection's principal may use the admin APIs (see the module docstring)."""
         operators = self.config.operators
@@ -158,7 +148,7 @@ class KafkaApis:
         if request.api_version >= 3:
             name, version = body.client_software_name, body.client_software_version
             if not (valid_software_field(name) and valid_software_field(version)):
-                return ApiVersionsResponse(error_code=KafkaError.INVALID_REQUEST)
+                return ApiVersionsResponse(error_code=Errors.INVALID_REQUEST)
             state.client_software_name, state.client_software_version = name, version
         return ApiVersionsResponse(api_keys=self._supported)
 
@@ -171,13 +161,13 @@ class KafkaApis:
             if topic.name is None:  # v10+: asked by id only
                 topics.append(
                     MetadataResponse.MetadataResponseTopic(
-                        error_code=KafkaError.UNKNOWN_TOPIC_ID, name=None, topic_id=topic.topic_id
+                        error_code=Errors.UNKNOWN_TOPIC_ID, name=None, topic_id=topic.topic_id
                     )
                 )
             else:
                 topics.append(
                     MetadataResponse.MetadataResponseTopic(
-                        error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION, name=topic.name, topic_id=ZERO_UUID
+                        error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=topic.name, topic_id=ZERO_UUID
                     )
                 )
         return MetadataResponse(
@@ -188,7 +178,7 @@ class KafkaApis:
     async def get_telemetry_subscriptions(self, state: ConnectionState, request: Any, now_ms: int) -> Any:
         asked = request.body.client_instance_id
         if not gateway_safe(state.client_id):
-            return GetTelemetrySubscriptionsResponse(error_code=KafkaError.INVALID_REQUEST, client_instance_id=asked)
+            return GetTelemetrySubscriptionsResponse(error_code=Errors.INVALID_REQUEST, client_instance_id=asked)
         item = tele_pb.GetTelemetrySubscriptionsRequest(
             client_instance_id=bytes(asked), context=state.telemetry_context(), now_ms=now_ms
         )
@@ -196,9 +186,7 @@ class KafkaApis:
             result = await state.wait(self.server.backend.get_batcher.submit(item))
         except Exception as e:
             self.server.note_backend_error("GetTelemetrySubscriptions", e)
-            return GetTelemetrySubscriptionsResponse(
-                error_code=KafkaError.UNKNOWN_SERVER_ERROR, client_instance_id=asked
-            )
+            return GetTelemetrySubscriptionsResponse(error_code=Errors.UNKNOWN_SERVER_ERROR, client_instance_id=asked)
         raw = result.client_instance_id
         # always echo an id: librdkafka overwrites its own with whatever comes back
         uuid = Uuid(raw) if len(raw) == 16 and raw != bytes(16) else asked
@@ -221,7 +209,7 @@ class KafkaApis:
         body = request.body
         uuid = body.client_instance_id
         if not gateway_safe(state.client_id):
-            return PushTelemetryResponse(error_code=KafkaError.INVALID_REQUEST)
+            return PushTelemetryResponse(error_code=Errors.INVALID_REQUEST)
         item = tele_pb.PushTelemetryRequest(
             client_instance_id=bytes(uuid),
             subscription_id=body.subscription_id,
@@ -235,7 +223,7 @@ class KafkaApis:
             result = await state.wait(self.server.backend.push_batcher.submit(item))
         except Exception as e:
             self.server.note_backend_error("PushTelemetry", e)
-            return PushTelemetryResponse(error_code=KafkaError.UNKNOWN_SERVER_ERROR)
+            return PushTelemetryResponse(error_code=Errors.UNKNOWN_SERVER_ERROR)
         if uuid != ZERO_UUID and len(bytes(uuid)) == 16:
             state.instances.add(bytes(uuid))
         if result.error_code and result.HasField("error_message"):
@@ -256,15 +244,13 @@ class KafkaApis:
             return AlterClientQuotasResponse(entries=out)
 
         if not self.authorized(state):
-            return answer(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+            return answer(Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
         grpc_request = admin_pb.AlterClientQuotasRequest(
             entries=[
                 admin_pb.AlterClientQuotasRequest.EntryData(
                     entity=_entity_data(entry.entity),
                     ops=[
-                        admin_pb.AlterClientQuotasRequest.OpData(key=op.key)
-                        if op.remove
-                        else admin_pb.AlterClientQuotasRequest.OpData(key=op.key, value=op.value)
+                        admin_pb.AlterClientQuotasRequest.OpData(key=op.key, value=None if op.remove else op.value)
                         for op in entry.ops
                     ],
                 )
@@ -281,25 +267,23 @@ class KafkaApis:
             return answer(code, message)
         results = [(r.error_code, r.error_message if r.HasField("error_message") else None) for r in response.entries]
         if len(results) != len(entries):
-            return answer(KafkaError.UNKNOWN_SERVER_ERROR, "the admin service answered a different number of entries")
+            return answer(Errors.UNKNOWN_SERVER_ERROR, "the admin service answered a different number of entries")
         return answer(0, None, results)
 
     async def describe_client_quotas(self, state: ConnectionState, request: Any, now_ms: int) -> Any:
         if not self.authorized(state):
             return DescribeClientQuotasResponse(
-                error_code=KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
                 error_message="Cluster authorization failed.",
                 entries=None,
             )
         body = request.body
-        components = []
-        for c in body.components:
-            component = admin_pb.DescribeClientQuotasRequest.ComponentData(
-                entity_type=c.entity_type, match_type=c.match_type
+        components = [
+            admin_pb.DescribeClientQuotasRequest.ComponentData(
+                entity_type=c.entity_type, match_type=c.match_type, match=c.match
             )
-            if c.match is not None:
-                component.match = c.match
-            components.append(component)
+            for c in body.components
+        ]
         grpc_request = admin_pb.DescribeClientQuotasRequest(components=components, strict=body.strict)
         try:
             response = await state.wait(
@@ -326,8 +310,8 @@ class KafkaApis:
     # --- configs ---------------------------------------------------------------------------------------
     def _resource_refusal(self, resource_type: int) -> tuple[int, str]:
         if resource_type == _TOPIC:
-            return KafkaError.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."
-        return KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+            return Errors.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."
+        return Errors.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
 
     async def incremental_alter_configs(self, state: ConnectionState, request: Any, now_ms: int) -> Any:
         resources = request.body.resources
@@ -347,10 +331,7 @@ class KafkaApis:
                     resource_type=r.resource_type,
                     resource_name=r.resource_name,
                     configs=[
-                        Config(name=c.name, config_operation=c.config_operation)
-                        if c.value is None
-                        else Config(name=c.name, config_operation=c.config_operation, value=c.value)
-                        for c in r.configs
+                        Config(name=c.name, config_operation=c.config_operation, value=c.value) for c in r.configs
                     ],
                 )
                 for r in resources
@@ -358,12 +339,9 @@ class KafkaApis:
             validate_only=request.body.validate_only,
         )
         try:
-            response = await state.wait(
-                self.server.backend.admin_call("IncrementalAlterConfigs", grpc_request, state.principal)
+            answers = await self._per_resource(
+                state, "IncrementalAlterConfigs", grpc_request, "responses", len(resources)
             )
-            answers = list(response.responses)
-            if len(answers) != len(resources):
-                raise RuntimeError("the admin service answered a different number of resources")
         except Exception as e:
             code, message = _grpc_error(e)
             return IncrementalAlterConfigsResponse(
@@ -384,76 +362,63 @@ class KafkaApis:
     async def describe_configs(self, state: ConnectionState, request: Any, now_ms: int) -> Any:
         body = request.body
         version = request.api_version
+        resources = body.resources
         Result = DescribeConfigsResponse.DescribeConfigsResult
         Entry = Result.DescribeConfigsResourceResult
-        allowed = self.authorized(state)
-        results: list[Any] = []
-        asked = []
-        for r in body.resources:
-            if not allowed:
-                code, message = self._resource_refusal(r.resource_type)
-                results.append(Result(code, message, r.resource_type, r.resource_name, []))
-            else:
-                results.append(None)
-                asked.append(r)
-        if asked:
-            grpc_request = admin_pb.DescribeConfigsRequest(
-                resources=[
-                    admin_pb.DescribeConfigsRequest.DescribeConfigsResource(
-                        resource_type=r.resource_type,
-                        resource_name=r.resource_name,
-                        configuration_keys=r.configuration_keys or [],
-                    )
-                    for r in asked
-                ],
-                include_documentation=body.include_documentation,
+        if not self.authorized(state):
+            return DescribeConfigsResponse(
+                results=[
+                    Result(*self._resource_refusal(r.resource_type), r.resource_type, r.resource_name, [])
+                    for r in resources
+                ]
             )
-            try:
-                response = await state.wait(
-                    self.server.backend.admin_call("DescribeConfigs", grpc_request, state.principal)
+        if not resources:
+            return DescribeConfigsResponse(results=[])
+        grpc_request = admin_pb.DescribeConfigsRequest(
+            resources=[
+                admin_pb.DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    configuration_keys=r.configuration_keys or [],
                 )
-                answers = list(response.results)
-                if len(answers) != len(asked):
-                    raise RuntimeError("the admin service answered a different number of resources")
-            except Exception as e:
-                code, message = _grpc_error(e)
-                answers = [None] * len(asked)
-                failed = (code, message)
-            else:
-                failed = None
-            it = iter(zip(asked, answers, strict=True))
-            for i, slot in enumerate(results):
-                if slot is not None:
-                    continue
-                r, a = next(it)
-                if a is None:
-                    assert failed is not None
-                    results[i] = Result(failed[0], failed[1], r.resource_type, r.resource_name, [])
-                    continue
-                configs = []
-                if r.configuration_keys != []:  # Kafka: null is every config, an empty list none
-                    for c in a.configs:
-                        source = self._source(r.resource_type, r.resource_name, c.is_default)
-                        configs.append(
-                            Entry(
-                                name=c.name,
-                                value=c.value if c.HasField("value") else None,
-                                read_only=c.read_only,
-                                is_default=c.is_default if version == 0 else False,
-                                config_source=source,
-                                is_sensitive=False,
-                                synonyms=[],
-                                config_type=c.config_type,
-                                documentation=c.documentation if c.HasField("documentation") else None,
-                            )
+                for r in resources
+            ],
+            include_documentation=body.include_documentation,
+        )
+        try:
+            answers = await self._per_resource(state, "DescribeConfigs", grpc_request, "results", len(resources))
+        except Exception as e:
+            code, message = _grpc_error(e)
+            return DescribeConfigsResponse(
+                results=[Result(code, message, r.resource_type, r.resource_name, []) for r in resources]
+            )
+        results = []
+        for r, a in zip(resources, answers, strict=True):
+            configs = []
+            if r.configuration_keys != []:  # Kafka: null is every config, an empty list none
+                for c in a.configs:
+                    configs.append(
+                        Entry(
+                            name=c.name,
+                            value=c.value if c.HasField("value") else None,
+                            read_only=c.read_only,
+                            is_default=c.is_default if version == 0 else False,
+                            config_source=self._source(r.resource_type, r.resource_name, c.is_default),
+                            is_sensitive=False,
+                            synonyms=[],
+                            config_type=c.config_type,
+                            documentation=c.documentation if c.HasField("documentation") else None,
                         )
-                results[i] = Result(
+                    )
+            results.append(
+                Result(
                     a.error_code,
                     a.error_message if a.HasField("error_message") else None,
                     r.resource_type,
                     r.resource_name,
                     configs,
                 )
+            )
         return DescribeConfigsResponse(results=results)
 
     @staticmethod
@@ -466,7 +431,7 @@ class KafkaApis:
 
     async def list_client_metrics_resources(self, state: ConnectionState, request: Any, now_ms: int) -> Any:
         if not self.authorized(state):
-            return ListClientMetricsResourcesResponse(error_code=KafkaError.CLUSTER_AUTHORIZATION_FAILED)
+            return ListClientMetricsResourcesResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED)
         try:
             response = await state.wait(
                 self.server.backend.admin_call(

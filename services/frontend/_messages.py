@@ -223,6 +223,12 @@ LIST_CLIENT_METRICS_RESOURCES_RESPONSE = _spec(
 
 # --- client quotas (48, 49) ----------------------------------------------------------------------
 
+#: The quota entity, the same in DescribeClientQuotasResponse and both AlterClientQuotas messages.
+_ENTITY = f("Entity", "[]EntityData", "0+", fields=[
+    f("EntityType", "string", "0+"),
+    f("EntityName", "string", "0+", nullable="0+"),
+])  # fmt: skip
+
 DESCRIBE_CLIENT_QUOTAS_REQUEST = _spec(
     "DescribeClientQuotasRequest", "request", ApiKey.DESCRIBE_CLIENT_QUOTAS, "0-1", "1+",
     f("Components", "[]ComponentData", "0+", fields=[
@@ -239,10 +245,7 @@ DESCRIBE_CLIENT_QUOTAS_RESPONSE = _spec(
     f("ErrorCode", "int16", "0+"),
     f("ErrorMessage", "string", "0+", nullable="0+"),
     f("Entries", "[]EntryData", "0+", nullable="0+", fields=[
-        f("Entity", "[]EntityData", "0+", fields=[
-            f("EntityType", "string", "0+"),
-            f("EntityName", "string", "0+", nullable="0+"),
-        ]),
+        _ENTITY,
         f("Values", "[]ValueData", "0+", fields=[
             f("Key", "string", "0+"),
             f("Value", "float64", "0+"),
@@ -253,10 +256,7 @@ DESCRIBE_CLIENT_QUOTAS_RESPONSE = _spec(
 ALTER_CLIENT_QUOTAS_REQUEST = _spec(
     "AlterClientQuotasRequest", "request", ApiKey.ALTER_CLIENT_QUOTAS, "0-1", "1+",
     f("Entries", "[]EntryData", "0+", fields=[
-        f("Entity", "[]EntityData", "0+", fields=[
-            f("EntityType", "string", "0+"),
-            f("EntityName", "string", "0+", nullable="0+"),
-        ]),
+        _ENTITY,
         f("Ops", "[]OpData", "0+", fields=[
             f("Key", "string", "0+"),
             f("Value", "float64", "0+"),
@@ -272,10 +272,7 @@ ALTER_CLIENT_QUOTAS_RESPONSE = _spec(
     f("Entries", "[]EntryData", "0+", fields=[
         f("ErrorCode", "int16", "0+"),
         f("ErrorMessage", "string", "0+", nullable="0+"),
-        f("Entity", "[]EntityData", "0+", fields=[
-            f("EntityType", "string", "0+"),
-            f("EntityName", "string", "0+", nullable="0+"),
-        ]),
+        _ENTITY,
     ]),
 )  # fmt: skip
 

@@ -12,7 +12,7 @@ schema's own). Nested struct classes are attributes of their parent
 (``ApiVersionsResponse.ApiVersion``), because Kafka reuses struct names across messages with
 different fields (``EntryData``).
 
-**Compiled once per version.** ``MessageSpec.codec(version)`` builds, on first use, a plan of
+**Compiled once per version.** A ``MessageSpec`` builds, when it is declared, a plan of
 closures for that version: the fields present in that version in wire order, each with its
 primitive decoder/encoder already chosen (compact or not, nullable or not), runs of consecutive
 fixed-width fields merged into one ``struct`` call, tagged fields in a tag -> decoder table. No

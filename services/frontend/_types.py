@@ -349,10 +349,8 @@ def encode_string(out: bytearray, value: str) -> None:
 def encode_nullable_string(out: bytearray, value: str | None) -> None:
     if value is None:
         out += b"\xff\xff"
-        return
-    raw = _utf8(value)
-    out += _I16.pack(len(raw))
-    out += raw
+    else:
+        encode_string(out, value)
 
 
 def encode_compact_string(out: bytearray, value: str) -> None:
@@ -366,10 +364,8 @@ def encode_compact_string(out: bytearray, value: str) -> None:
 def encode_compact_nullable_string(out: bytearray, value: str | None) -> None:
     if value is None:
         out.append(0)
-        return
-    raw = _utf8(value)
-    encode_unsigned_varint(out, len(raw) + 1)
-    out += raw
+    else:
+        encode_compact_string(out, value)
 
 
 def decode_bytes(buf: Buffer, pos: int) -> tuple[bytes, int]:
@@ -427,9 +423,8 @@ def encode_bytes(out: bytearray, value: bytes) -> None:
 def encode_nullable_bytes(out: bytearray, value: bytes | None) -> None:
     if value is None:
         out += b"\xff\xff\xff\xff"
-        return
-    out += _I32.pack(_check_bytes_length(value))
-    out += value
+    else:
+        encode_bytes(out, value)
 
 
 def encode_compact_bytes(out: bytearray, value: bytes) -> None:
@@ -442,9 +437,8 @@ def encode_compact_bytes(out: bytearray, value: bytes) -> None:
 def encode_compact_nullable_bytes(out: bytearray, value: bytes | None) -> None:
     if value is None:
         out.append(0)
-        return
-    encode_unsigned_varint(out, _check_bytes_length(value) + 1)
-    out += value
+    else:
+        encode_compact_bytes(out, value)
 
 
 # ---------------------------------------------------------------------------------------------

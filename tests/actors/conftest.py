@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -12,9 +11,9 @@ from typing import Any, TypeVar
 import pytest
 import ray
 
-T = TypeVar("T")
+from tests.support import environment
 
-_ENV = ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -28,26 +27,19 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     at import, so it is left unset and Ray enables token mode when it finds ``RAY_AUTH_TOKEN``).
     Note: plain ``ray`` with opentelemetry-proto installed hangs in ``ray.init``; ``ray[default]`` does not."""
     temp_dir = tmp_path_factory.mktemp("ray")
-    saved = {name: os.environ.get(name) for name in _ENV}
-    os.environ["RAY_TMPDIR"] = str(temp_dir)
-    os.environ.pop("RAY_AUTH_MODE", None)  # unset: Ray finds the token below and turns token auth on itself
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _temp_dir=str(temp_dir),
-        namespace="quotaplane-tests",
-        log_to_driver=False,
-    )
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    # RAY_AUTH_MODE unset: Ray finds the token and turns token auth on itself
+    with environment(RAY_TMPDIR=str(temp_dir), RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)):
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            _temp_dir=str(temp_dir),
+            namespace="quotaplane-tests",
+            log_to_driver=False,
+        )
+        try:
+            yield
+        finally:
+            ray.shutdown()
 
 
 @pytest.fixture

@@ -13,47 +13,24 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import helm_python as helm
-import pytest
 import yaml
 from quotaplane.v1 import quota_pb2 as quota_pb
 from quotaplane.v1 import quota_pb2_grpc
 
-from tests.prometheus_server import PrometheusServer, free_port, promtool, wait_for
+from tests.prometheus_server import PrometheusServer, promtool, wait_for
 from tests.services.test_up import Up, ok
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "prometheus"
 CHART = ROOT / "helm" / "quotaplane"
 QUOTA = 10_000.0  # bytes/s of alice/c1
 ALICE = ("--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients", "--entity-name", "c1")
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    """The environment of ``up`` and the CLI: nothing inherited from a developer's shell, a private HOME."""
-    home = tmp_path / "home"
-    home.mkdir()
-    drop = {"RAY_ADDRESS", "RAY_TMPDIR", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "QUOTAPLANE_ADMIN", "QUOTAPLANE_PRINCIPAL"}
-    return {k: v for k, v in os.environ.items() if k not in drop} | {"HOME": str(home)}
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A data dir short enough for Ray's socket paths (pytest's tmp paths are too deep)."""
-    path = Path(tempfile.mkdtemp(prefix="qpp-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def shipped_config_for(metrics_address: str, workdir: Path) -> Path:

@@ -913,9 +913,11 @@ def test_remove_listener() -> None:
     quotas.update_listener_config(ADMIN, max_connections=1)
     accept(quotas, ADMIN, LISTENER_IPS[ADMIN], 1, clock.now_ms)
     waiting = quotas.inc(ADMIN, LISTENER_IPS[ADMIN], clock.now_ms)
+    assert quotas.has_listener(ADMIN)
     quotas.remove_listener(ADMIN)
 
     assert ADMIN not in quotas.listeners
+    assert not quotas.has_listener(ADMIN)
     assert quotas.pending_attempts == []
     for name in (listener_rate_name(ADMIN), listener_throttle_name(ADMIN), ip_throttle_name(ADMIN)):
         assert quotas.metrics.metric(name) is None

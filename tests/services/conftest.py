@@ -1,16 +1,30 @@
-"""A real AdminService on loopback over a real ConfigStore, with a clock the test moves."""
+"""Shared by the service tests: a real AdminService on loopback over a real ConfigStore, with a clock the test
+moves; one real cluster per module (``launch``: private local Ray, controller, 2 shards, AdminService and
+gateway on free ports) with its admin and quota stubs; the helpers that set quotas through it."""
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
+import ray
 from quotaplane.services.admin import serve
-from quotaplane.v1 import admin_pb2_grpc
+from quotaplane.services.launcher import Cluster, launch
+from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
+from quotaplane.v1 import config_events_pb2 as events_pb
 
 from quotaplane.config import ConfigStore
+from quotaplane.quota import DEFAULT
+
+_SCRIPT = Path(sys.executable).parent / "quotaplane"
+#: the installed console script (or the module, when the venv has no script)
+COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "quotaplane.services.cli"]
 
 #: 2023-11-14T22:13:20Z: the admin server's clock starts here in tests.
 T0_MS = 1_700_000_000_000
@@ -42,9 +56,10 @@ class AdminServer:
         return f"127.0.0.1:{self.port}"
 
 
-@pytest.fixture
-def admin_server(tmp_path) -> Iterator[AdminServer]:
-    store = ConfigStore.open(tmp_path / "log", fsync=False)
+@contextmanager
+def running_admin_server(log_dir: Path) -> Iterator[AdminServer]:
+    """An AdminService on a free loopback port over a fresh ConfigStore in ``log_dir``, stopped on exit."""
+    store = ConfigStore.open(log_dir, fsync=False)
     clock = FakeClock()
     server, port = serve(store, clock=clock)
     try:
@@ -52,6 +67,12 @@ def admin_server(tmp_path) -> Iterator[AdminServer]:
     finally:
         server.stop(None).wait()
         store.close()
+
+
+@pytest.fixture
+def admin_server(tmp_path) -> Iterator[AdminServer]:
+    with running_admin_server(tmp_path / "log") as server:
+        yield server
 
 
 @pytest.fixture
@@ -63,3 +84,55 @@ def channel(admin_server) -> Iterator[grpc.Channel]:
 @pytest.fixture
 def stub(channel) -> admin_pb2_grpc.AdminServiceStub:
     return admin_pb2_grpc.AdminServiceStub(channel)
+
+
+# --- one real cluster per module ------------------------------------------------------------------------------
+@contextmanager
+def launched(tmp_path_factory: pytest.TempPathFactory, name: str, *, fsync: bool = False) -> Iterator[Cluster]:
+    """``launch`` with 2 shards, the admin, gateway and metrics endpoints on free ports, 2 CPUs."""
+    data_dir = Path(tmp_path_factory.mktemp(name)) / "d"
+    with launch(data_dir, shards=2, admin_port=0, gateway_port=0, metrics_port=0, fsync=fsync, num_cpus=2) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster per test module (starting Ray costs seconds); a module needing other options overrides it."""
+    with launched(tmp_path_factory, request.module.__name__.rsplit(".", 1)[-1]) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: Cluster) -> Iterator[admin_pb2_grpc.AdminServiceStub]:
+    with grpc.insecure_channel(cluster.admin_address) as channel:
+        yield admin_pb2_grpc.AdminServiceStub(channel)
+
+
+@pytest.fixture(scope="module")
+def quota(cluster: Cluster) -> Iterator[quota_pb2_grpc.QuotaServiceStub]:
+    assert cluster.gateway_address is not None
+    with grpc.insecure_channel(cluster.gateway_address) as channel:
+        yield quota_pb2_grpc.QuotaServiceStub(channel)
+
+
+def entity(user: object, client_id: object) -> list[events_pb.EntityData]:
+    """A quota entity as AdminService takes it: ``None`` leaves a component out, ``DEFAULT`` is its default."""
+    out = []
+    for kind, name in (("user", user), ("client-id", client_id)):
+        if name is None:
+            continue
+        if name is DEFAULT:
+            out.append(events_pb.EntityData(entity_type=kind))
+        else:
+            out.append(events_pb.EntityData(entity_type=kind, entity_name=name))
+    return out
+
+
+def wait_propagated(cluster: Cluster, *gateways: object, timeout_s: float = 2.0) -> float:
+    """Seconds until every gateway's replica reached the log's end offset (one propagation round)."""
+    started = time.monotonic()
+    end = ray.get(cluster.controller.end_offset.remote())
+    while any(g.config_offset < end for g in gateways):  # type: ignore[attr-defined]
+        assert time.monotonic() - started < timeout_s, f"not propagated in {timeout_s} s"
+        time.sleep(0.005)
+    return time.monotonic() - started

@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from quotaplane.services.admin import serve
 
 from quotaplane.config import ConfigResource, ConfigResourceType, ConfigStore
 
-from .conftest import AdminServer, FakeClock
+from .conftest import COMMAND, AdminServer, running_admin_server
 
-_SCRIPT = Path(sys.executable).parent / "quotaplane"
-_COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "quotaplane.services.cli"]
 _DEFAULT = ("--entity-type", "brokers", "--entity-default")
 _NODE_1 = ("--entity-type", "brokers", "--entity-name", "1")
 _KIP_786 = "client.quota.value.metric.enable"
@@ -31,20 +26,14 @@ _RESTART_NOTE = "Note: {} is a start-up config: the change takes effect when the
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminServer]:
-    store = ConfigStore.open(tmp_path_factory.mktemp("configs") / "log", fsync=False)
-    clock = FakeClock()
-    grpc_server, port = serve(store, clock=clock)
-    try:
-        yield AdminServer(store, port, clock, grpc_server)
-    finally:
-        grpc_server.stop(None).wait()
-        store.close()
+    with running_admin_server(tmp_path_factory.mktemp("configs") / "log") as running:
+        yield running
 
 
 def quotaplane(server: AdminServer, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("QUOTAPLANE_ADMIN", "QUOTAPLANE_PRINCIPAL")}
     env["QUOTAPLANE_ADMIN"] = server.address
-    return subprocess.run([*_COMMAND, *args], capture_output=True, text=True, env=env, timeout=60, check=False)
+    return subprocess.run([*COMMAND, *args], capture_output=True, text=True, env=env, timeout=60, check=False)
 
 
 def ok(server: AdminServer, *args: str) -> list[str]:

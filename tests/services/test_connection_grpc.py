@@ -1,40 +1,26 @@
 """ConnectionService end to end: gRPC -> gateway -> the shard owning the node -> Kafka's ConnectionQuotas.
 
-One real local cluster for the module (``launch``: controller, 2 shards, AdminService, gateway). Limits are
-set as an operator sets them, through AdminService IncrementalAlterConfigs, and reach the node's
-ConnectionQuotas through the config log.
+One real local cluster for the module (conftest's ``cluster``: ``launch`` with a controller, 2 shards,
+AdminService and gateway). Limits are set as an operator sets them, through AdminService
+IncrementalAlterConfigs, and reach the node's ConnectionQuotas through the config log.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
-import ray
-from quotaplane.services.launcher import Cluster, launch
+from quotaplane.services.launcher import Cluster
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, connection_pb2_grpc
 from quotaplane.v1 import connection_pb2 as pb
 
+from .conftest import wait_propagated
+
 ADMIT, THROTTLE, REJECT = pb.AdmitResult.ADMIT, pb.AdmitResult.THROTTLE, pb.AdmitResult.REJECT
 Resource = admin_pb.IncrementalAlterConfigsRequest.AlterConfigsResource
 Config = admin_pb.IncrementalAlterConfigsRequest.AlterableConfig
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    data_dir = Path(tmp_path_factory.mktemp("conn")) / "d"
-    with launch(data_dir, shards=2, admin_port=0, gateway_port=0, metrics_port=0, fsync=False, num_cpus=2) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: Cluster) -> Iterator[admin_pb2_grpc.AdminServiceStub]:
-    with grpc.insecure_channel(cluster.admin_address) as channel:
-        yield admin_pb2_grpc.AdminServiceStub(channel)
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +51,7 @@ def set_broker_config(
         )
     )
     assert [r.error_code for r in response.responses] == [0], response
-    end = ray.get(cluster.controller.end_offset.remote())
-    deadline = time.monotonic() + 5
-    while cluster.gateway.config_offset < end:
-        assert time.monotonic() < deadline, "config not propagated to the gateway in 5 s"
-        time.sleep(0.005)
+    wait_propagated(cluster, cluster.gateway, timeout_s=5.0)
 
 
 def admit(node: int, listener: str, ip: str, attempt_id: int | None = None) -> pb.AdmitItem:

@@ -8,10 +8,10 @@ Kills are real (``ray.kill``: the actor's process dies and Ray restarts it); not
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -19,14 +19,14 @@ import pytest
 import ray
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quotaplane.services.gateway import GatewayConfig, serve_gateway
-from quotaplane.services.launcher import Cluster, launch
+from quotaplane.services.launcher import Cluster
 from quotaplane.v1 import admin_pb2 as admin_pb
-from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
+from quotaplane.v1 import quota_pb2_grpc
 
 from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 
-from .test_gateway import _entity, wait_propagated
+from .conftest import entity, launched, wait_propagated
 
 T0 = 1_700_000_000_000
 T = TypeVar("T")
@@ -34,22 +34,9 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    data_dir = Path(tmp_path_factory.mktemp("faults")) / "d"
-    with launch(data_dir, shards=2, admin_port=0, gateway_port=0, metrics_port=0, fsync=True, num_cpus=2) as c:
+    """conftest's cluster with fsync on: a killed controller must lose no acknowledged change."""
+    with launched(tmp_path_factory, "faults", fsync=True) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: Cluster) -> Iterator[admin_pb2_grpc.AdminServiceStub]:
-    with grpc.insecure_channel(cluster.admin_address) as channel:
-        yield admin_pb2_grpc.AdminServiceStub(channel)
-
-
-@pytest.fixture(scope="module")
-def quota(cluster: Cluster) -> Iterator[quota_pb2_grpc.QuotaServiceStub]:
-    assert cluster.gateway_address is not None
-    with grpc.insecure_channel(cluster.gateway_address) as channel:
-        yield quota_pb2_grpc.QuotaServiceStub(channel)
 
 
 def eventually(fn: Callable[[], T], *, timeout_s: float = 60.0) -> T:
@@ -76,9 +63,25 @@ def actor_info(handle, timeout_s: float = 60.0) -> dict:
             time.sleep(0.1)
 
 
+def kill(handle, timeout_s: float = 30.0) -> int:
+    """``ray.kill`` an actor (Ray restarts it) and wait until its process is gone, returning its pid: ``ray.kill``
+    returns before that, and a call made meanwhile could still be answered by the old process (a restart test
+    would then check the old incarnation). The cluster is local, so the pid is one of this host's."""
+    pid = ray.get(handle.info.remote())["pid"]
+    ray.kill(handle, no_restart=False)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        assert time.monotonic() < deadline, f"actor process {pid} alive {timeout_s} s after ray.kill"
+        time.sleep(0.02)
+
+
 def set_produce_quota(admin, user: str, bound: float) -> None:
     op = admin_pb.AlterClientQuotasRequest.OpData(key="producer_byte_rate", value=bound)
-    entry = admin_pb.AlterClientQuotasRequest.EntryData(entity=_entity(user, None), ops=[op])
+    entry = admin_pb.AlterClientQuotasRequest.EntryData(entity=entity(user, None), ops=[op])
     response = eventually(
         lambda: admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=[entry]), timeout=30)
     )
@@ -123,8 +126,7 @@ def test_a_killed_shard_restarts_replays_and_serves_through_the_same_gateway(clu
 
     name = owner_of(cluster, "victim")
     shard = cluster.shards[name]
-    pid = ray.get(shard.info.remote())["pid"]
-    ray.kill(shard, no_restart=False)
+    pid = kill(shard)
 
     # the same gateway, the same channel: UNAVAILABLE while Ray restarts the shard, then served again
     later = T0 + 1_000
@@ -146,8 +148,7 @@ def test_a_killed_controller_loses_no_acknowledged_change(cluster, admin, quota)
     for i in range(5):
         set_produce_quota(admin, f"acked-{i}", 100.0 + i)
     controller = cluster.controller
-    pid = ray.get(controller.info.remote())["pid"]
-    ray.kill(controller, no_restart=False)
+    pid = kill(controller)
 
     described = eventually(
         lambda: admin.DescribeClientQuotas(

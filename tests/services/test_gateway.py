@@ -1,8 +1,8 @@
 """The usage path end to end: gRPC QuotaService -> gateway -> shard actors on a real local Ray (``launch``).
 
-One cluster for the module (2 shards, admin and gateway on free ports). Every decision is compared with
-the in-process core (``ClientQuotaManager`` fed the same quotas, items and ``now_ms``): the fleet must
-answer exactly as one Kafka broker that saw all the traffic would.
+One cluster for the module (conftest's ``cluster``: 2 shards, admin and gateway on free ports). Every decision
+is compared with the in-process core (``ClientQuotaManager`` fed the same quotas, items and ``now_ms``): the
+fleet must answer exactly as one Kafka broker that saw all the traffic would.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import grpc
 import pytest
@@ -24,39 +23,20 @@ from quotaplane.services.gateway import (
     GatewayConfig,
     serve_gateway,
 )
-from quotaplane.services.launcher import Cluster, launch
+from quotaplane.services.launcher import launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
-from quotaplane.v1 import config_events_pb2 as events_pb
 from quotaplane.v1 import quota_pb2 as pb
 
 from quotaplane.quota import DEFAULT, ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
+
+from .conftest import entity, wait_propagated
 
 T0 = 1_700_000_000_000
 _TYPES = {pb.PRODUCE: QuotaType.PRODUCE, pb.FETCH: QuotaType.FETCH}
 _KEYS = {pb.PRODUCE: "producer_byte_rate", pb.FETCH: "consumer_byte_rate"}
 
 Item = tuple[int, str, str, float, int]  # (pb quota type, user, client id, value, now_ms)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    data_dir = Path(tmp_path_factory.mktemp("gw")) / "d"
-    with launch(data_dir, shards=2, admin_port=0, gateway_port=0, metrics_port=0, fsync=False, num_cpus=2) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: Cluster) -> Iterator[admin_pb2_grpc.AdminServiceStub]:
-    with grpc.insecure_channel(cluster.admin_address) as channel:
-        yield admin_pb2_grpc.AdminServiceStub(channel)
-
-
-@pytest.fixture(scope="module")
-def quota(cluster: Cluster) -> Iterator[quota_pb2_grpc.QuotaServiceStub]:
-    assert cluster.gateway_address is not None
-    with grpc.insecure_channel(cluster.gateway_address) as channel:
-        yield quota_pb2_grpc.QuotaServiceStub(channel)
 
 
 #: Every quota set on the module's cluster, in order: a Core starts with all of them, since which sensor an
@@ -81,18 +61,6 @@ class Core:
         return [self.managers[t].record_and_get_throttle_time_ms(u, c, v, n) for t, u, c, v, n in items]
 
 
-def _entity(user: object, client_id: object) -> list[events_pb.EntityData]:
-    out = []
-    for kind, name in (("user", user), ("client-id", client_id)):
-        if name is None:
-            continue
-        if name is DEFAULT:
-            out.append(events_pb.EntityData(entity_type=kind))
-        else:
-            out.append(events_pb.EntityData(entity_type=kind, entity_name=name))
-    return out
-
-
 def set_quota(
     admin: admin_pb2_grpc.AdminServiceStub,
     core: Core | None,
@@ -104,22 +72,12 @@ def set_quota(
     op = admin_pb.AlterClientQuotasRequest.OpData(key=_KEYS[quota_type])
     if bound is not None:
         op.value = bound
-    entry = admin_pb.AlterClientQuotasRequest.EntryData(entity=_entity(user, client_id), ops=[op])
+    entry = admin_pb.AlterClientQuotasRequest.EntryData(entity=entity(user, client_id), ops=[op])
     response = admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=[entry]))
     assert [e.error_code for e in response.entries] == [0], response
     _QUOTAS.append((quota_type, user, client_id, bound))
     if core is not None:
         core.set(quota_type, user, client_id, bound)
-
-
-def wait_propagated(cluster: Cluster, *gateways: object, timeout_s: float = 2.0) -> float:
-    """Seconds until every gateway's replica reached the log's end offset (one propagation round)."""
-    started = time.monotonic()
-    end = ray.get(cluster.controller.end_offset.remote())
-    while any(g.config_offset < end for g in gateways):  # type: ignore[attr-defined]
-        assert time.monotonic() - started < timeout_s, f"not propagated in {timeout_s} s"
-        time.sleep(0.005)
-    return time.monotonic() - started
 
 
 def batch(items: Sequence[Item], batch_id: int = 0) -> pb.UsageBatch:
@@ -181,7 +139,7 @@ def test_throttles_through_the_cluster_equal_the_in_process_core(cluster, admin,
     with grpc.insecure_channel(cluster.gateway_address) as channel:
         pids = quota_pb2_grpc.ProducerIdServiceStub(channel)
         entry = admin_pb.AlterClientQuotasRequest.EntryData(
-            entity=_entity("pid-user", None),
+            entity=entity("pid-user", None),
             ops=[admin_pb.AlterClientQuotasRequest.OpData(key="producer_ids_rate", value=0.001)],
         )
         assert [

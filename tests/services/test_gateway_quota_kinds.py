@@ -7,14 +7,10 @@ all the traffic); each test uses its own span of ``now_ms`` and its own users, s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import grpc
 import pytest
-from quotaplane.services.launcher import Cluster, launch
+from quotaplane.services.launcher import Cluster
 from quotaplane.v1 import admin_pb2 as admin_pb
-from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
 
 from quotaplane.quota import (
@@ -29,38 +25,24 @@ from quotaplane.quota import (
     ThrottlingQuotaExceededError,
 )
 
-from .test_gateway import _entity, wait_propagated
+from .conftest import entity, wait_propagated
 
 T0 = 1_700_000_000_000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    data_dir = Path(tmp_path_factory.mktemp("kinds")) / "d"
-    with launch(data_dir, shards=2, admin_port=0, gateway_port=0, metrics_port=0, fsync=False, num_cpus=2) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: Cluster) -> Iterator[admin_pb2_grpc.AdminServiceStub]:
-    with grpc.insecure_channel(cluster.admin_address) as channel:
-        yield admin_pb2_grpc.AdminServiceStub(channel)
-
-
-@pytest.fixture(scope="module")
-def quota(cluster: Cluster) -> Iterator[quota_pb2_grpc.QuotaServiceStub]:
-    assert cluster.gateway_address is not None
-    with grpc.insecure_channel(cluster.gateway_address) as channel:
-        yield quota_pb2_grpc.QuotaServiceStub(channel)
-
-
 def alter_quota(admin, cluster: Cluster, user: str, client_id: str | None, key: str, value: float) -> None:
     entry = admin_pb.AlterClientQuotasRequest.EntryData(
-        entity=_entity(user, client_id), ops=[admin_pb.AlterClientQuotasRequest.OpData(key=key, value=value)]
+        entity=entity(user, client_id), ops=[admin_pb.AlterClientQuotasRequest.OpData(key=key, value=value)]
     )
     response = admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=[entry]))
     assert [e.error_code for e in response.entries] == [0], response
     wait_propagated(cluster, cluster.gateway)
+
+
+def user_quota_on_both(admin, cluster: Cluster, core: ClientQuotaManager, user: str, key: str, bound: float) -> None:
+    """``key`` = ``bound`` for ``user`` on the cluster (through AdminService, propagated) and on ``core``."""
+    alter_quota(admin, cluster, user, None, key, bound)
+    core.update_quota(ClientQuotaEntity(user=user, client_id=None), bound)
 
 
 def alter_configs(admin, cluster: Cluster, resource_type: int, name: str, **configs: str) -> None:
@@ -80,9 +62,8 @@ def alter_configs(admin, cluster: Cluster, resource_type: int, name: str, **conf
 
 
 def test_request_percentage_throttles_equal_the_core(cluster, admin, quota):
-    alter_quota(admin, cluster, "req-user", None, "request_percentage", 40.0)
     core = ClientRequestQuotaManager(ClientQuotaManagerConfig())
-    core.update_quota(ClientQuotaEntity(user="req-user", client_id=None), 40.0)
+    user_quota_on_both(admin, cluster, core, "req-user", "request_percentage", 40.0)
     items = []
     for i in range(120):
         # 20-180 ms of handler time per request, 40 requests/s (several handler threads busy: well over
@@ -133,9 +114,8 @@ def _core_mutations(core: ControllerMutationQuotaManager, user, client_id, stric
 
 
 def test_controller_mutations_strict_and_permissive_equal_the_core(cluster, admin, quota):
-    alter_quota(admin, cluster, "mut-user", None, "controller_mutation_rate", 10.0)
     core = ControllerMutationQuotaManager(ClientQuotaManagerConfig())
-    core.update_quota(ClientQuotaEntity(user="mut-user", client_id=None), 10.0)
+    user_quota_on_both(admin, cluster, core, "mut-user", "controller_mutation_rate", 10.0)
     requests = []
     for i in range(30):
         strict = i % 2 == 0
@@ -155,9 +135,8 @@ def test_controller_mutations_strict_and_permissive_equal_the_core(cluster, admi
 
 
 def test_fetch_unrecord_takes_usage_back_in_order(cluster, admin, quota):
-    alter_quota(admin, cluster, "fetch-user", None, "consumer_byte_rate", 1000.0)
     core = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.FETCH)
-    core.update_quota(ClientQuotaEntity(user="fetch-user", client_id=None), 1000.0)
+    user_quota_on_both(admin, cluster, core, "fetch-user", "consumer_byte_rate", 1000.0)
     now = T0 + 2_000_000
     answers, expected = [], []
     for i in range(40):

@@ -22,9 +22,10 @@ import ray
 from quotaplane.services.cli import _parser
 from quotaplane.services.launcher import LaunchError, launch, parse_resource_flags
 
-from .test_up import _COMMAND, env, fails_with_one_line  # noqa: F401 (env is a fixture)
+from tests.support import environment
 
-_ENV = ("RAY_TMPDIR", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
+from .conftest import COMMAND
+from .test_up import fails_with_one_line
 
 
 def test_up_parses_the_placement_flags() -> None:
@@ -89,29 +90,21 @@ def ray_cluster_address() -> Iterator[str]:
 
     root = Path(tempfile.mkdtemp(prefix="qpf-"))  # short: Ray's unix socket paths have a length limit
     (root / "ray").mkdir()
-    saved = {name: os.environ.get(name) for name in _ENV}
-    os.environ["RAY_TMPDIR"] = str(root)
-    os.environ.pop("RAY_AUTH_MODE", None)
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "resources": {"quotaplane_shard": 10},
-            "temp_dir": str(root / "ray"),
-            "include_dashboard": False,
-        },
-    )
-    try:
-        yield cluster.address
-    finally:
-        cluster.shutdown()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        shutil.rmtree(root, ignore_errors=True)
+    with environment(RAY_TMPDIR=str(root), RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)):
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "resources": {"quotaplane_shard": 10},
+                "temp_dir": str(root / "ray"),
+                "include_dashboard": False,
+            },
+        )
+        try:
+            yield cluster.address
+        finally:
+            cluster.shutdown()
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def test_joining_a_cluster_without_the_resource_fails_fast_in_one_line(ray_cluster_address: str, tmp_path: Path):
@@ -137,12 +130,12 @@ def test_joining_a_cluster_without_the_resource_fails_fast_in_one_line(ray_clust
     assert not ray.is_initialized()  # launch left the cluster again
 
 
-def test_up_on_a_cluster_without_the_resource_is_one_line(ray_cluster_address: str, env, tmp_path: Path):  # noqa: F811
+def test_up_on_a_cluster_without_the_resource_is_one_line(ray_cluster_address: str, env, tmp_path: Path):
     env = {**env, "RAY_AUTH_TOKEN": os.environ["RAY_AUTH_TOKEN"]}
     ports = ["--admin-port", "0", "--gateway-port", "0", "--metrics-port", "-1", "--frontend-port", "-1"]
     join = ["--data-dir", str(tmp_path / "d"), "--ray-address", ray_cluster_address]
     done = subprocess.run(
-        [*_COMMAND, "up", *ports, *join, "--shard-resource", "quotaplane_gpu_pool=2"],
+        [*COMMAND, "up", *ports, *join, "--shard-resource", "quotaplane_gpu_pool=2"],
         capture_output=True,
         text=True,
         env=env,

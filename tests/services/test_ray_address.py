@@ -27,67 +27,58 @@ from quotaplane.services.launcher import launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc
 
-from .test_gateway import _entity
+from tests.support import environment, free_port
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .conftest import entity
 
 
 @pytest.fixture
 def ray_head() -> Iterator[str]:
     temp_dir = Path(tempfile.mkdtemp(prefix="qp-head-"))  # short: Ray's unix socket paths have a length limit
-    saved = {name: os.environ.get(name) for name in ("RAY_AUTH_TOKEN", "RAY_TMPDIR")}
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # the head runs with token auth on
-    port = _free_port()
-    ray_cli = Path(sys.executable).with_name("ray")
-    head = subprocess.Popen(
-        [
-            str(ray_cli),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={temp_dir}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, "RAY_TMPDIR": str(temp_dir), "RAY_AUTH_MODE": "token"},
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # the GCS port answers once the head is up
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert head.poll() is None, "ray start --head exited"
-            assert time.monotonic() < deadline, "the Ray head did not start in 60 s"
-            time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        os.killpg(head.pid, signal.SIGINT)  # `ray start --block` stops its processes on Ctrl-C
+    # the head runs with token auth on; RAY_TMPDIR is the head's own (below), restored in case it moves
+    with environment(("RAY_TMPDIR",), RAY_AUTH_TOKEN=secrets.token_hex(32)):
+        port = free_port()
+        ray_cli = Path(sys.executable).with_name("ray")
+        head = subprocess.Popen(
+            [
+                str(ray_cli),
+                "start",
+                "--head",
+                "--block",
+                f"--port={port}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--temp-dir={temp_dir}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "RAY_TMPDIR": str(temp_dir), "RAY_AUTH_MODE": "token"},
+        )
         try:
-            head.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        shutil.rmtree(temp_dir, ignore_errors=True)
+            deadline = time.monotonic() + 60
+            while True:  # the GCS port answers once the head is up
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                assert head.poll() is None, "ray start --head exited"
+                assert time.monotonic() < deadline, "the Ray head did not start in 60 s"
+                time.sleep(0.2)
+            yield f"127.0.0.1:{port}"
+        finally:
+            os.killpg(head.pid, signal.SIGINT)  # `ray start --block` stops its processes on Ctrl-C
+            try:
+                head.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(head.pid, signal.SIGKILL)
+                head.wait()
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _alter(admin_address: str) -> None:
     op = admin_pb.AlterClientQuotasRequest.OpData(key="producer_byte_rate", value=4096.0)
-    entry = admin_pb.AlterClientQuotasRequest.EntryData(entity=_entity("joined", None), ops=[op])
+    entry = admin_pb.AlterClientQuotasRequest.EntryData(entity=entity("joined", None), ops=[op])
     with grpc.insecure_channel(admin_address) as channel:
         response = admin_pb2_grpc.AdminServiceStub(channel).AlterClientQuotas(
             admin_pb.AlterClientQuotasRequest(entries=[entry]), timeout=30

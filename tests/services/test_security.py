@@ -15,7 +15,6 @@ import ipaddress
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +43,8 @@ from quotaplane.v1 import quota_pb2 as quota_pb
 
 from quotaplane.config import ClientQuotaFilterComponent, ConfigStore, MatchType
 
-from .conftest import FakeClock
+from .conftest import COMMAND, FakeClock
 
-_SCRIPT = Path(sys.executable).parent / "quotaplane"
-_COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "quotaplane.services.cli"]
 _TOKEN = "s3cret-operator-token"
 _TIMEOUT_S = 10.0
 
@@ -86,18 +83,25 @@ def _write(path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey |
         )
 
 
-def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = _key()
+def _builder(cn: str, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, *, ca: bool) -> x509.CertificateBuilder:
+    """A certificate for ``cn`` issued by ``issuer``, valid from 5 minutes ago for a day."""
     now = datetime.datetime.now(datetime.UTC)
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(_name(cn))
-        .issuer_name(_name(cn))
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+
+
+def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = _key()
+    cert = (
+        _builder(cn, _name(cn), key, ca=True)
         .add_extension(
             x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
         )  # digital_signature, key_cert_sign, crl_sign
@@ -110,20 +114,9 @@ def _leaf(
     cn: str, issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey], *, server: bool
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key()
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(issuer[0].subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
-            critical=False,
-        )
+    builder = _builder(cn, issuer[0].subject, key, ca=False).add_extension(
+        x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+        critical=False,
     )
     if server:
         builder = builder.add_extension(
@@ -335,7 +328,7 @@ def _quotaplane(*args: str, token: str | None = None) -> subprocess.CompletedPro
     env = {k: v for k, v in os.environ.items() if k not in drop}
     if token is not None:
         env["QUOTAPLANE_TOKEN"] = token
-    return subprocess.run([*_COMMAND, *args], capture_output=True, text=True, env=env, timeout=60, check=False)
+    return subprocess.run([*COMMAND, *args], capture_output=True, text=True, env=env, timeout=60, check=False)
 
 
 def _one_error_line(done: subprocess.CompletedProcess[str], code: int) -> str:

@@ -9,19 +9,15 @@ subprocess runs with a private ``HOME``, and nothing may appear in ``/tmp/ray`` 
 
 from __future__ import annotations
 
-import os
 import queue
 import re
-import shutil
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,9 +28,10 @@ from quotaplane.v1 import quota_pb2 as quota_pb
 from quotaplane.v1 import quota_pb2_grpc
 
 from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
+from tests.support import free_port
 
-_SCRIPT = Path(sys.executable).parent / "quotaplane"
-_COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "quotaplane.services.cli"]
+from .conftest import COMMAND
+
 #: the usage gateway, the metrics endpoint and the Kafka frontend on free ports, so tests never depend on
 #: 9094 / 9464 / 9092 being free
 _T0 = 1_700_000_000_000
@@ -42,12 +39,6 @@ _FREE_PORTS = ("--gateway-port", "0", "--metrics-port", "0", "--frontend-port", 
 _READY_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 20.0
 _ALICE = ("--entity-type", "users", "--entity-name", "alice")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -83,28 +74,6 @@ def _snapshot(path: Path) -> set[str] | None:
     return {str(p.relative_to(path)) for p in path.rglob("*")}
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    """The environment of every subprocess: no inherited Ray or admin settings, a private HOME."""
-    home = tmp_path / "home"
-    home.mkdir()
-    drop = {"RAY_ADDRESS", "RAY_TMPDIR", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "QUOTAPLANE_ADMIN", "QUOTAPLANE_PRINCIPAL"}
-    out = {k: v for k, v in os.environ.items() if k not in drop}
-    out["HOME"] = str(home)
-    return out
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A data-dir parent short enough that Ray's sockets fit under ``DATA_DIR/ray`` (pytest's tmp paths
-    are too deep: there the launcher would fall back to a temp dir, tested separately below)."""
-    path = Path(tempfile.mkdtemp(prefix="qpu-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 class Up:
     """A running ``quotaplane up``: its stdout lines are collected by a thread, so the test can wait on them."""
 
@@ -115,9 +84,7 @@ class Up:
         self.stderr_path = data_dir.parent / f"up-{port}-{time.monotonic_ns()}.err"
         self._stderr = self.stderr_path.open("w")
         args = ["up", "--data-dir", str(data_dir), "--admin-port", str(port), "--shards", "2", *_FREE_PORTS, *extra]
-        self.proc = subprocess.Popen(
-            [*_COMMAND, *args], stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env
-        )
+        self.proc = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -177,7 +144,7 @@ class Up:
 
 def quotaplane(env: dict[str, str], address: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*_COMMAND, *args, "--bootstrap-server", address],
+        [*COMMAND, *args, "--bootstrap-server", address],
         capture_output=True,
         text=True,
         env=env,
@@ -202,7 +169,7 @@ def fails_with_one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 def run_up(env: dict[str, str], *args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*_COMMAND, "up", *_FREE_PORTS, *args], capture_output=True, text=True, env=env, timeout=timeout_s
+        [*COMMAND, "up", *_FREE_PORTS, *args], capture_output=True, text=True, env=env, timeout=timeout_s
     )
 
 
@@ -217,7 +184,7 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
     tmp_ray, real_home_ray = Path("/tmp/ray"), Path.home() / ".ray"
     before = (_snapshot(tmp_ray), _snapshot(real_home_ray))
     data_dir = short_dir / "data"
-    port = _free_port()
+    port = free_port()
 
     up = Up(data_dir, port, env)
     try:
@@ -233,7 +200,7 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
         # a second `up` on the same admin port, or on the same data dir, fails at once in one line
         busy_port = run_up(env, "--data-dir", str(short_dir / "other"), "--admin-port", str(port))
         assert "in use" in fails_with_one_line(busy_port)
-        busy_dir = run_up(env, "--data-dir", str(data_dir), "--admin-port", str(_free_port()))
+        busy_dir = run_up(env, "--data-dir", str(data_dir), "--admin-port", str(free_port()))
         assert "in use" in fails_with_one_line(busy_dir)
 
         assert ok(env, up.address, "quotas", "--alter", "--add-config", "producer_byte_rate=1048576", *_ALICE) == [
@@ -331,7 +298,7 @@ def test_bad_options_fail_in_one_line(env, tmp_path, args, message):
 def test_unwritable_data_dir_fails_in_one_line(env, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    done = run_up(env, "--data-dir", str(blocker / "data"), "--admin-port", str(_free_port()))
+    done = run_up(env, "--data-dir", str(blocker / "data"), "--admin-port", str(free_port()))
     assert fails_with_one_line(done).startswith(f"Error: cannot use data dir {blocker / 'data'}")
 
 

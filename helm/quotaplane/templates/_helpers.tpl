@@ -40,15 +40,31 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- .Values.persistence.existingClaim | default (printf "%s-data" (include "quotaplane.fullname" .)) -}}
 {{- end -}}
 
-{{/* Where Ray may run the actors an `up` creates: the head's and the workers' custom resources (raycluster.yaml) */}}
-{{- define "quotaplane.placementArgs" -}}
---controller-resource=quotaplane_controller --shard-resource=quotaplane_shard --spread-shards
+{{/*
+The flags of every `quotaplane up` in the release, as a JSON list: (list . rayAddress metricsPort). The same
+shards, data dir, ports, placement (the custom resources raycluster.yaml gives the head and the workers, so no
+`up` ever creates an actor elsewhere) and operator tokens everywhere; $(VAR) is expanded by the kubelet.
+*/}}
+{{- define "quotaplane.upFlags" -}}
+{{- $ := index . 0 -}}
+{{- $flags := list
+  (printf "--ray-address=%s" (index . 1))
+  "--data-dir=$(QUOTAPLANE_DATA_DIR)"
+  "--shards=$(QUOTAPLANE_SHARDS)"
+  "--host=0.0.0.0"
+  (printf "--admin-port=%d" (int $.Values.ports.admin))
+  (printf "--gateway-port=%d" (int $.Values.ports.gateway))
+  (printf "--metrics-port=%d" (int (index . 2)))
+  "--controller-resource=quotaplane_controller"
+  "--shard-resource=quotaplane_shard"
+  "--spread-shards" -}}
+{{- if $.Values.operatorTokens.existingSecret }}
+{{- $flags = append $flags "--operator-tokens-file=/etc/quotaplane/operator/operator-tokens" -}}
+{{- end }}
+{{- toJson $flags -}}
 {{- end -}}
 
-{{/* `up` flags, env, mounts and volume of the operator tokens (operatorTokens.existingSecret) */}}
-{{- define "quotaplane.operatorTokenArgs" -}}
-{{- if .Values.operatorTokens.existingSecret }} --operator-tokens-file=/etc/quotaplane/operator/operator-tokens{{ end -}}
-{{- end -}}
+{{/* env, mounts and volume of the operator tokens (operatorTokens.existingSecret) */}}
 
 {{- define "quotaplane.operatorTokenEnv" -}}
 {{- if .Values.operatorTokens.existingSecret }}
@@ -172,19 +188,9 @@ spec:
       imagePullPolicy: {{ $.Values.image.pullPolicy }}
       args:
         - up
-        - --ray-address=$(QUOTAPLANE_RAY_ADDRESS)
-        - --data-dir=$(QUOTAPLANE_DATA_DIR)
-        - --shards=$(QUOTAPLANE_SHARDS)
-        - --host=0.0.0.0
-        - --admin-port={{ $.Values.ports.admin }}
-        - --gateway-port={{ $.Values.ports.gateway }}
-        # the fleet's metrics are served once, by the head's bootstrap (each scrape asks every shard)
-        - --metrics-port=-1
-        {{- range splitList " " (include "quotaplane.placementArgs" $) }}
-        - {{ . }}
-        {{- end }}
-        {{- with include "quotaplane.operatorTokenArgs" $ }}
-        - {{ trim . | quote }}
+        # --metrics-port=-1: the fleet's metrics are served once, by the head's bootstrap (each scrape asks every shard)
+        {{- range include "quotaplane.upFlags" (list $ "$(QUOTAPLANE_RAY_ADDRESS)" -1) | fromJsonArray }}
+        - {{ . | quote }}
         {{- end }}
         {{- range $extra }}
         - {{ . | quote }}

@@ -18,7 +18,7 @@ def test_items_of_one_linger_window_share_one_call_and_get_their_own_results() -
 
     async def main() -> list[int]:
         batcher: Batcher[int, int] = Batcher(send, linger_s=0.01, max_items=100)
-        return list(await asyncio.gather(*(batcher.call(i) for i in range(5))))
+        return list(await asyncio.gather(*(batcher.submit(i) for i in range(5))))
 
     assert asyncio.run(main()) == [0, 10, 20, 30, 40]
     assert calls == [[0, 1, 2, 3, 4]]
@@ -33,9 +33,9 @@ def test_max_items_and_max_bytes_flush_early() -> None:
 
     async def main() -> None:
         by_count: Batcher[bytes, int] = Batcher(send, linger_s=10, max_items=2)
-        assert await asyncio.wait_for(asyncio.gather(by_count.call(b"a"), by_count.call(b"bb")), 1) == [1, 2]
+        assert await asyncio.wait_for(asyncio.gather(by_count.submit(b"a"), by_count.submit(b"bb")), 1) == [1, 2]
         by_size: Batcher[bytes, int] = Batcher(send, linger_s=10, max_items=100, max_bytes=5, size_of=len)
-        assert await asyncio.wait_for(asyncio.gather(by_size.call(b"abc"), by_size.call(b"defg")), 1) == [3, 4]
+        assert await asyncio.wait_for(asyncio.gather(by_size.submit(b"abc"), by_size.submit(b"defg")), 1) == [3, 4]
 
     asyncio.run(main())
     assert calls == [[b"a", b"bb"], [b"abc", b"defg"]]
@@ -50,10 +50,10 @@ def test_a_failed_batch_fails_every_waiter_and_a_short_answer_is_an_error() -> N
 
     async def main() -> None:
         failing: Batcher[int, int] = Batcher(boom, linger_s=0.001)
-        results = await asyncio.gather(failing.call(1), failing.call(2), return_exceptions=True)
+        results = await asyncio.gather(failing.submit(1), failing.submit(2), return_exceptions=True)
         assert all(isinstance(r, ConnectionError) for r in results)
         wrong: Batcher[int, int] = Batcher(short, linger_s=0.001)
-        results = await asyncio.gather(wrong.call(1), wrong.call(2), return_exceptions=True)
+        results = await asyncio.gather(wrong.submit(1), wrong.submit(2), return_exceptions=True)
         assert all(isinstance(r, RuntimeError) for r in results)
         await failing.drain()
 

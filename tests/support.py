@@ -1,0 +1,35 @@
+"""Small helpers shared by the test packages (tests/actors, tests/services, tests/deploy)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def environment(kept: tuple[str, ...] = (), **changes: str | None) -> Iterator[None]:
+    """Sets each of ``changes`` in ``os.environ`` (``None`` unsets it) and, on exit, puts those and the ``kept``
+    names (left as they are, but restored: code run meanwhile may set them) back as they were, absent included."""
+    saved = {name: os.environ.get(name) for name in (*kept, *changes)}
+    try:
+        for name, value in changes.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the OS's pick for a bind to port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
