@@ -14,9 +14,6 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY quotaplane quotaplane
-COPY services services
-COPY actors actors
-COPY spark spark
 COPY protos protos
 RUN pip install . && rm -rf /src
 

@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/telemetry.py
 	$(BIN)/python bench/eventlog.py
 	$(BIN)/python bench/cluster_quota.py
+	$(BIN)/python bench/proxy.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,9 +1,10 @@
 """Generates the protobuf and gRPC modules from ``protos/`` at build time (wheel and editable installs).
 
 The ``.proto`` files are the source; the generated ``*_pb2.py`` are build output (never checked in, as
-protoc's own header asks), written next to their ``.proto`` in ``protos/quotaplane/v1``, which installs as
-the ``quotaplane.v1`` package. ``grpcio-tools`` is pinned in ``[build-system]`` so the generated code's
-protobuf version always matches the runtime range in ``[project.dependencies]``.
+protoc's own header asks), written into the package their import path names: ``protos/quotaplane/v1/x.proto``
+becomes ``quotaplane/v1/x_pb2.py`` (the ``quotaplane.v1`` package), so folders are import names.
+``grpcio-tools`` is pinned in ``[build-system]`` so the generated code's protobuf version always matches the
+runtime range in ``[project.dependencies]``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-PROTO_ROOT = Path(__file__).resolve().parent / "protos"
+ROOT = Path(__file__).resolve().parent
+PROTO_ROOT = ROOT / "protos"
 
 
 def generate_protos() -> None:
@@ -27,9 +29,9 @@ def generate_protos() -> None:
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
         f"-I{include}",
-        f"--python_out={PROTO_ROOT}",
-        f"--pyi_out={PROTO_ROOT}",
-        f"--grpc_python_out={PROTO_ROOT}",
+        f"--python_out={ROOT}",
+        f"--pyi_out={ROOT}",
+        f"--grpc_python_out={ROOT}",
         *protos,
     ]
     if protoc.main(args) != 0:

@@ -144,6 +144,7 @@ def run_core(items: Sequence[Item], users: int, batch: int, streams: int) -> tup
 def _client(address: str, args: dict[str, Any], out: Any) -> None:
     """Runs in its own process: one thread per stream; reports throttles, latencies and the timed window."""
     import grpc
+
     from quotaplane.v1 import quota_pb2 as pb
     from quotaplane.v1 import quota_pb2_grpc
 
@@ -217,6 +218,7 @@ def _client(address: str, args: dict[str, Any], out: Any) -> None:
 def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]) -> dict[str, Any]:
     import grpc
     import ray
+
     from quotaplane.services.launcher import launch
     from quotaplane.v1 import admin_pb2 as admin_pb
     from quotaplane.v1 import admin_pb2_grpc

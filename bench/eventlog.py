@@ -60,12 +60,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import machine
-from quotaplane.v1 import config_events_pb2 as pb
 
 from quotaplane.config import ConfigImage, ConfigStore
 from quotaplane.config._log import EventLog
 from quotaplane.config._snapshot_file import read_snapshot, read_snapshot_batches, write_snapshot
 from quotaplane.config._store import gc_paused
+from quotaplane.v1 import config_events_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = 1_700_000_000_000

@@ -99,15 +99,14 @@ def _percentile(values: list[float], q: float) -> float:
 
 # --- the Kafka clients (one process) -------------------------------------------------------------------------
 async def _kafka_clients(port: int, n: int, seconds: float, interval_ms: int, concurrency: int, seed: int) -> dict:
-    from quotaplane.services.frontend import (
+    from quotaplane.kafka_uuid import ZERO_UUID
+    from quotaplane.protocol import (
         ApiVersionsRequest,
         GetTelemetrySubscriptionsRequest,
         PushTelemetryRequest,
         decode_response,
         encode_request,
     )
-
-    from quotaplane.kafka_uuid import ZERO_UUID
 
     body, _ = payload(seed)
     codes: Counter[str] = Counter()
@@ -213,6 +212,7 @@ def run_frontend(port: int, args: argparse.Namespace) -> dict:
 def _gateway_process(args: tuple) -> dict:
     address, n, seconds, interval_ms, batch, in_flight, seed = args
     import grpc
+
     from quotaplane.v1 import telemetry_pb2 as pb
     from quotaplane.v1 import telemetry_pb2_grpc
 
@@ -346,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.clients, args.seconds = min(args.clients, 200), min(args.seconds, 3.0)
 
     import grpc
+
     from quotaplane.services.launcher import launch
     from quotaplane.v1 import admin_pb2 as admin_pb
     from quotaplane.v1 import admin_pb2_grpc

@@ -30,6 +30,7 @@ from types import TracebackType
 
 import zstandard
 
+from ..durable import fsync_directory
 from ._format import (
     FILE_HEADER,
     HOUR_MS,
@@ -66,15 +67,6 @@ def _write_all(fd: int, data: bytes) -> None:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-
-
-def fsync_directory(path: Path) -> None:
-    """Persist a directory's entries (a new file or subdirectory name), as POSIX requires for durability."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SegmentWriter:

@@ -49,6 +49,7 @@ from ._client_quotas import (
 from ._columns import decode_columns, encode_events, entity_id, entity_of, events_of
 from ._dynamic_configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigResourceType, ConfigType
 from ._image import (
+    DEFAULT_MAX_APPLIED_REQUESTS,
     ClientMetricsChange,
     ClientQuotaChange,
     ConfigChange,
@@ -58,24 +59,43 @@ from ._image import (
     OffsetGapError,
     Provenance,
 )
-from ._log import (
+from ._log import EventLog
+from ._log_errors import (
     CorruptLogError,
-    EventLog,
     EventLogClosedError,
     EventLogError,
     EventLogFailedError,
     EventLogLockedError,
     OffsetOutOfRangeError,
 )
-from ._records import client_metrics_configs, client_metrics_event, entity_data, record_entity
+from ._records import (
+    client_metrics_configs,
+    client_metrics_event,
+    client_quota_event,
+    config_event,
+    entity_data,
+    record_entity,
+)
 from ._snapshot_file import CorruptSnapshotError
-from ._store import ANONYMOUS, ConfigStore, HistoryCompactedError, HistoryEntry
+from ._store import (
+    ANONYMOUS,
+    CONFIG_ADMIN_READS,
+    CONFIG_ADMIN_WRITES,
+    ConfigAdmin,
+    ConfigStore,
+    HistoryCompactedError,
+    HistoryEntry,
+    forward_config_admin,
+)
 
 __all__ = [
     "ANONYMOUS",
     "BROKER_CONFIGS",
     "CLIENT_ID",
     "CLIENT_QUOTA_KEYS",
+    "CONFIG_ADMIN_READS",
+    "CONFIG_ADMIN_WRITES",
+    "DEFAULT_MAX_APPLIED_REQUESTS",
     "IP",
     "TOPIC_CONFIGS",
     "USER",
@@ -84,6 +104,7 @@ __all__ = [
     "ClientQuotaAlteration",
     "ClientQuotaChange",
     "ClientQuotaFilterComponent",
+    "ConfigAdmin",
     "ConfigChange",
     "ConfigDelta",
     "ConfigEntry",
@@ -115,6 +136,8 @@ __all__ = [
     "changes_between",
     "client_metrics_configs",
     "client_metrics_event",
+    "client_quota_event",
+    "config_event",
     "decode_columns",
     "describe_client_quotas",
     "describe_configs",
@@ -126,6 +149,7 @@ __all__ = [
     "entity_map",
     "entity_of",
     "events_of",
+    "forward_config_admin",
     "is_valid_ip_entity",
     "plan_alter_client_quotas",
     "plan_incremental_alter_configs",

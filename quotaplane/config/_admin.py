@@ -29,9 +29,9 @@ from enum import IntEnum
 from typing import Final
 
 from ..errors import ApiError, Errors, InvalidConfigurationError, InvalidRequestError, UnsupportedVersionError
-from ..telemetry._configs import CONFIG_NAMES as CLIENT_METRICS_CONFIG_NAMES
-from ..telemetry._configs import INTERVAL_MS_CONFIG, MATCH_CONFIG, METRICS_CONFIG
-from ..telemetry._configs import validate as validate_client_metrics
+from ..telemetry import CONFIG_NAMES as CLIENT_METRICS_CONFIG_NAMES
+from ..telemetry import INTERVAL_MS_CONFIG, MATCH_CONFIG, METRICS_CONFIG
+from ..telemetry import validate as validate_client_metrics
 from ..v1 import config_events_pb2 as pb
 from ._client_quotas import (
     CLIENT_ID,

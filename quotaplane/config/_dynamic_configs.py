@@ -26,8 +26,7 @@ from enum import IntEnum
 from typing import Final
 
 from ..errors import InvalidConfigurationError, InvalidRequestError, InvalidTopicError
-from ..quota._connection import parse_max_connections_per_ip_overrides
-from ..quota._replication import parse_throttled_replicas
+from ..quota import parse_max_connections_per_ip_overrides, parse_throttled_replicas
 
 __all__ = [
     "BROKER_CONFIGS",

@@ -18,11 +18,9 @@ step is to reopen, which re-reads what is really on disk.
 written in it), released by ``close`` or by the process's death, even by ``kill -9``.
 ``read_only=True`` takes no lock and never writes.
 
-**Recovery** (at every writable open): each frame of each segment is verified (header CRC, payload
-CRC, dense offsets across frames and segments), without decompressing. A torn tail of the last
-segment, the trace of a write no caller was acknowledged for, is copied to
-``<segment>.torn-<position>`` and cut off; any other damage raises ``CorruptLogError`` naming the
-file, the byte position and the offset. The rules are in ``docs/eventlog-format.md``.
+**Recovery** (at every open, ``_segments``): each frame of each segment is verified without
+decompressing; a torn tail of the last segment is copied aside and cut off (a read-only open stops
+at it), any other damage raises ``CorruptLogError``. The rules are in ``docs/eventlog-format.md``.
 
 **Commit times.** The log reads no clock: events keep the ``commit_time_ms`` their caller set. A
 frame's ``max_commit_time_ms`` is the largest commit time of that frame's events *and of every event
@@ -38,57 +36,34 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import threading
-from array import array
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 import zstandard
 
-from quotaplane.archive._writer import fsync_directory
+from quotaplane.durable import fsync_directory
 from quotaplane.v1 import config_events_pb2 as pb
 
 from ._columns import encode_events, events_of, slice_columns
-from ._framing import (
-    FRAME_HEADER_SIZE,
-    FrameError,
-    FrameFormatError,
-    FrameHeader,
-    FrameHeaderCrcError,
-    FramePayloadCrcError,
-    FrameTruncatedError,
-    decode_event_batch,
-    encode_frame,
-    header_crc_matches,
-    parse_frame,
-    parse_frame_header,
+from ._framing import FrameError, FrameHeader, decode_event_batch, encode_frame, parse_frame
+from ._log_errors import (
+    CorruptLogError,
+    EventLogClosedError,
+    EventLogError,
+    EventLogFailedError,
+    EventLogLockedError,
+    OffsetOutOfRangeError,
 )
+from ._segments import Segment, SegmentView, recover, segment_name, write_all
 
-__all__ = [
-    "DEFAULT_SEGMENT_BYTES",
-    "LOCK_FILE",
-    "MAX_FRAME_BYTES",
-    "SEGMENT_SUFFIX",
-    "CorruptLogError",
-    "EventLog",
-    "EventLogClosedError",
-    "EventLogError",
-    "EventLogFailedError",
-    "EventLogLockedError",
-    "OffsetOutOfRangeError",
-    "parse_segment_name",
-    "segment_name",
-]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "LOCK_FILE", "MAX_FRAME_BYTES", "EventLog"]
 
 _log = logging.getLogger("quotaplane.config")
 
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 LOCK_FILE = ".lock"
-SEGMENT_SUFFIX = ".log"
-_SEGMENT_RE = re.compile(r"(\d{20})\.log")
 #: A group-commit round takes pending appends up to this many serialized event bytes (at least one
 #: append), so a frame, and what a reader decompresses at once, stays bounded; the rest wait a round.
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -96,98 +71,9 @@ MAX_FRAME_BYTES = 64 * 1024 * 1024
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
 
 
-# --- errors --------------------------------------------------------------------------------------------
-class EventLogError(Exception):
-    """Base class of the event log's and the snapshot files' errors."""
-
-
-class EventLogLockedError(EventLogError):
-    """Another ``EventLog`` (this process or another) holds the directory's lock."""
-
-
-class EventLogClosedError(EventLogError):
-    """The log was closed."""
-
-
-class EventLogFailedError(EventLogError):
-    """A write or fsync failed: the round's appends were not acknowledged and the log takes no more.
-
-    ``__cause__`` is the ``OSError``. Reopen the log (``EventLog.open``) to continue from what is on disk.
-    """
-
-
-class OffsetOutOfRangeError(EventLogError):
-    """A read of offsets the log does not hold (Kafka's OFFSET_OUT_OF_RANGE): deleted or not yet written."""
-
-
-class CorruptLogError(EventLogError):
-    """Damage in a segment that is not a torn tail: ``path``, byte ``position`` and, where known, ``offset``."""
-
-    def __init__(self, path: str, position: int, reason: str, offset: int | None = None) -> None:
-        where = f"{path}: corrupt event log segment at byte {position}"
-        if offset is not None:
-            where += f" (offset {offset})"
-        super().__init__(f"{where}: {reason}")
-        self.path = path
-        self.position = position
-        self.reason = reason
-        self.offset = offset
-
-    def __reduce__(self) -> tuple[type[CorruptLogError], tuple[str, int, str, int | None]]:
-        return (type(self), (self.path, self.position, self.reason, self.offset))
-
-
-# --- names ---------------------------------------------------------------------------------------------
-def segment_name(base_offset: int) -> str:
-    """``%020d.log``: names sort as offsets do (Kafka's segment names)."""
-    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
-
-
-def parse_segment_name(name: str) -> int | None:
-    """The base offset of a segment file name, or None for any other file (``.lock``, torn copies, snapshots)."""
-    m = _SEGMENT_RE.fullmatch(name)
-    return int(m[1]) if m else None
-
-
 def _sync_data(fd: int) -> None:
     # Looked up at each call (not bound at import) so that a test can make it fail for real.
     (getattr(os, "fdatasync", None) or os.fsync)(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    with memoryview(data) as view:
-        while view:
-            view = view[os.write(fd, view) :]
-
-
-# --- the in-memory index -------------------------------------------------------------------------------
-@dataclass(slots=True, eq=False)
-class _Segment:
-    """One segment's verified frames: parallel arrays, 24 bytes a frame (a 1M-frame log indexes in 24 MB)."""
-
-    path: Path
-    base_offset: int
-    end_offset: int  # the next offset after its last frame (= base_offset when empty)
-    size: int = 0  # bytes of verified frames
-    bases: array = field(default_factory=lambda: array("q"))
-    positions: array = field(default_factory=lambda: array("q"))
-    max_times: array = field(default_factory=lambda: array("q"))  # the log's running maximum, per frame
-
-    def add(self, base: int, position: int, max_time: int, next_offset: int, end: int) -> None:
-        self.bases.append(base)
-        self.positions.append(position)
-        self.max_times.append(max_time)
-        self.end_offset = next_offset
-        self.size = end
-
-
-@dataclass(frozen=True, slots=True)
-class _SegmentView:
-    """A segment as a reader saw it when it started: the frame count and size then (the arrays only grow)."""
-
-    segment: _Segment
-    frames: int
-    size: int
 
 
 class _Append:
@@ -204,12 +90,6 @@ class _Append:
         self.done = False
 
 
-@dataclass(frozen=True, slots=True)
-class _TornTail:
-    position: int
-    reason: str
-
-
 # --- the log -------------------------------------------------------------------------------------------
 class EventLog:
     """The config event log of one directory. Thread-safe; use ``EventLog.open``."""
@@ -221,7 +101,7 @@ class EventLog:
         self._fsync = fsync
         self._read_only = read_only
         self._cond = threading.Condition(threading.Lock())
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._end_offset = 0
         self._max_commit_time = 0  # running maximum of commit times (frame headers carry it)
         self._queue: list[_Append] = []
@@ -305,94 +185,11 @@ class EventLog:
         self._lock_fd = fd
 
     def _recover(self) -> None:
-        """Index every segment, verifying each frame; cut (or, read-only, stop at) a torn tail."""
-        found = []
-        with os.scandir(self._directory) as entries:
-            for entry in entries:
-                base = parse_segment_name(entry.name)
-                if base is not None and entry.is_file():
-                    found.append((base, Path(entry.path)))
-        found.sort()
-        expected: int | None = None
-        for i, (base, path) in enumerate(found):
-            is_last = i == len(found) - 1
-            if expected is not None and base != expected:
-                raise CorruptLogError(
-                    str(path), 0, f"offset gap: the previous segment ends at offset {expected}", offset=base
-                )
-            if not is_last and path.stat().st_size == 0:
-                raise CorruptLogError(str(path), 0, "empty segment before the last one", offset=base)
-            segment = self._scan_segment(path, base, is_last)
-            self._segments.append(segment)
-            expected = segment.end_offset
-        if self._segments:
-            self._end_offset = self._segments[-1].end_offset
-
-    def _scan_segment(self, path: Path, base: int, is_last: bool) -> _Segment:
-        data = path.read_bytes()
-        segment = _Segment(path, base, base)
-        position = 0
-        next_offset = base
-        max_time = self._max_commit_time
-        while position < len(data):
-            try:
-                header = parse_frame(data, position)
-            except FrameError as exc:
-                torn = _torn_tail_reason(data, position, exc) if is_last else None
-                if torn is None:
-                    where = "" if is_last else " (not the last segment, so not a torn write)"
-                    raise CorruptLogError(str(path), position, exc.reason + where, offset=next_offset) from None
-                self._max_commit_time = max_time
-                if not self._read_only:
-                    self._cut_torn_tail(path, data, _TornTail(position, torn))
-                return segment
-            if header.base_offset != next_offset:
-                what = "the segment's name says" if position == 0 else "the previous frame ends at"
-                raise CorruptLogError(
-                    str(path),
-                    position,
-                    f"frame base offset {header.base_offset}, but {what} {next_offset}",
-                    offset=next_offset,
-                )
-            max_time = max(max_time, header.max_commit_time_ms)
-            segment.add(header.base_offset, position, max_time, header.next_offset, header.end)
-            next_offset = header.next_offset
-            position = header.end
-        self._max_commit_time = max_time
-        return segment
-
-    def _cut_torn_tail(self, path: Path, data: bytes, tail: _TornTail) -> None:
-        """Copy the torn bytes beside the segment (fsynced), then truncate the segment (fsynced)."""
-        cut = data[tail.position :]
-        copy = path.with_name(f"{path.name}.torn-{tail.position}")
-        n = 0
-        while copy.exists():  # an earlier crash cut at the same place: keep that copy too
-            n += 1
-            copy = path.with_name(f"{path.name}.torn-{tail.position}.{n}")
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            _write_all(fd, cut)
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if self._fsync:
-            fsync_directory(self._directory)
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.ftruncate(fd, tail.position)
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        _log.warning(
-            "%s: torn tail of %d bytes at byte %d cut off (%s); the bytes are kept in %s",
-            path,
-            len(cut),
-            tail.position,
-            tail.reason,
-            copy.name,
-        )
+        """Index every segment, verifying each frame; cut (or, read-only, stop at) a torn tail (``_segments``)."""
+        recovered = recover(self._directory, read_only=self._read_only, fsync=self._fsync)
+        self._segments = recovered.segments
+        self._end_offset = recovered.end_offset
+        self._max_commit_time = recovered.max_commit_time_ms
 
     def _open_active_segment(self) -> None:
         if self._segments:
@@ -483,7 +280,7 @@ class EventLog:
             request.last_offset = base + count - 1
             max_time = max(max_time, request.max_time)
         failure: BaseException | None = None
-        written: tuple[_Segment, int, int] | None = None
+        written: tuple[Segment, int, int] | None = None
         try:
             frame = encode_frame(
                 b"".join(r.payload for r in round_),
@@ -495,7 +292,7 @@ class EventLog:
             segment = self._segment_for(base)
             position = segment.size
             try:
-                _write_all(self._fd, frame)
+                write_all(self._fd, frame)
                 if self._fsync:
                     _sync_data(self._fd)
             except BaseException:
@@ -524,7 +321,7 @@ class EventLog:
         if failure is not None and not isinstance(failure, Exception):
             raise failure  # KeyboardInterrupt, SystemExit: the waiters were failed, the leader's thread stops
 
-    def _segment_for(self, base: int) -> _Segment:
+    def _segment_for(self, base: int) -> Segment:
         """The segment the frame at ``base`` goes to: the active one, or a new one once it is full."""
         if self._segments and self._segments[-1].size < self._segment_bytes:
             return self._segments[-1]
@@ -536,7 +333,7 @@ class EventLog:
         except BaseException:
             os.close(fd)
             raise
-        segment = _Segment(path, base, base)
+        segment = Segment(path, base, base)
         with self._cond:
             if self._fd is not None:
                 os.close(self._fd)
@@ -600,14 +397,14 @@ class EventLog:
                     f"{self._directory}: offset {from_offset} is above the log end offset {end}"
                 )
             views = [
-                _SegmentView(s, len(s.bases), s.size)
+                SegmentView(s, len(s.bases), s.size)
                 for s in self._segments
                 if s.end_offset > from_offset and s.base_offset < to
             ]
         return self._iter_batches(views, from_offset, to)
 
     def _iter_batches(
-        self, views: list[_SegmentView], from_offset: int, to_offset: int
+        self, views: list[SegmentView], from_offset: int, to_offset: int
     ) -> Iterator[tuple[int, pb.EventColumns]]:
         decompressor = zstandard.ZstdDecompressor()
         for view in views:
@@ -630,7 +427,7 @@ class EventLog:
                     yield base, batch
 
     def _read_frames(
-        self, view: _SegmentView, first: int, stop: int, from_offset: int
+        self, view: SegmentView, first: int, stop: int, from_offset: int
     ) -> Iterator[tuple[bytes, list[FrameHeader]]]:
         """Chunks of whole frames ``[first, stop)`` of a segment: ``(buffer, verified headers)``."""
         segment = view.segment
@@ -684,7 +481,7 @@ class EventLog:
         with self._cond:
             if self._closed:
                 raise EventLogClosedError(f"{self._directory}: the event log is closed")
-            views = [_SegmentView(s, len(s.bases), s.size) for s in self._segments]
+            views = [SegmentView(s, len(s.bases), s.size) for s in self._segments]
             end = self._end_offset
         for view in views:
             if view.frames == 0 or view.segment.max_times[view.frames - 1] <= time_ms:
@@ -779,31 +576,3 @@ class EventLog:
 def _events(batches: Iterator[tuple[int, pb.EventColumns]]) -> Iterator[tuple[int, pb.Event]]:
     for base, batch in batches:
         yield from enumerate(events_of(batch), base)
-
-
-def _torn_tail_reason(data: bytes, position: int, exc: FrameError) -> str | None:
-    """Why the bad frame at ``position`` of the LAST segment is a torn tail, or None if it is corruption.
-
-    A torn tail is what an interrupted write can leave: a prefix of the frame (header or payload cut
-    by the end of the file), a header not (fully) written whose following bytes read as zeros (file
-    systems may extend a file before its data reaches the disk, at block granularity), or a complete
-    last frame whose payload was not fully written. Anything followed by non-zero bytes it does not
-    explain is corruption: the writer never writes after a frame it did not fsync.
-    """
-    if isinstance(exc, FrameTruncatedError):
-        return exc.reason
-    if isinstance(exc, FrameHeaderCrcError | FrameFormatError):
-        if header_crc_matches(data, position):
-            return None  # an intact header with fields we refuse: another format, never a torn write
-        after_header = position + FRAME_HEADER_SIZE
-        if _all_zero(data, after_header):
-            what = "every remaining byte is zero" if _all_zero(data, position) else "zeros follow the damaged header"
-            return f"{exc.reason}; {what}"
-        return None
-    if isinstance(exc, FramePayloadCrcError) and parse_frame_header(data, position).end == len(data):
-        return f"{exc.reason} in a last frame that ends at the end of the file"
-    return None
-
-
-def _all_zero(data: bytes, start: int) -> bool:
-    return start >= len(data) or data.count(0, start) == len(data) - start

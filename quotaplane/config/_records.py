@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..telemetry._configs import INTERVAL_MS_CONFIG, MATCH_CONFIG, METRICS_CONFIG
+from ..telemetry import INTERVAL_MS_CONFIG, MATCH_CONFIG, METRICS_CONFIG
 from ..v1 import config_events_pb2 as pb
 from ._client_quotas import EntityKey
 from ._dynamic_configs import ConfigResourceType

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import zstandard
 
-from quotaplane.archive._writer import fsync_directory
+from quotaplane.durable import fsync_directory
 from quotaplane.v1 import config_events_pb2 as pb
 
 from ._columns import decode_columns, encode_events, events_of
 from ._framing import FrameError, decode_message, decode_payload, encode_frame, iter_frames
-from ._log import EventLogError
+from ._log_errors import EventLogError
 
 __all__ = [
     "SNAPSHOT_SUFFIX",

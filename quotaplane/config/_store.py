@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from ..errors import InvalidRequestError
 from ..v1 import config_events_pb2 as pb
@@ -44,7 +46,17 @@ from ._log import EventLog
 from ._records import client_metrics_configs, record_entity
 from ._snapshot_file import list_snapshots, read_snapshot_batches, write_snapshot
 
-__all__ = ["ANONYMOUS", "ConfigStore", "HistoryCompactedError", "HistoryEntry", "gc_paused"]
+__all__ = [
+    "ANONYMOUS",
+    "CONFIG_ADMIN_READS",
+    "CONFIG_ADMIN_WRITES",
+    "ConfigAdmin",
+    "ConfigStore",
+    "HistoryCompactedError",
+    "HistoryEntry",
+    "forward_config_admin",
+    "gc_paused",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +84,161 @@ class HistoryEntry:
 DeltaListener = Callable[[ConfigDelta], None]
 
 
-class ConfigStore:
-    """The config log's single writer and its replayed image (thread-safe: one change at a time)."""
+# --- the admin interface -------------------------------------------------------------------------
+class ConfigAdmin(Protocol):
+    """Kafka's admin API over a config log, stated once: what every admin door (the AdminService, the CLI
+    through it, the Kafka-wire frontend) asks of the config.
+
+    :class:`ConfigStore` is one, in-process. The remote forms do not restate it: the ConfigController actor
+    and the AdminService's backend over that actor forward each call of :data:`CONFIG_ADMIN_WRITES` and
+    :data:`CONFIG_ADMIN_READS` by name (:func:`forward_config_admin`), so a change here reaches every layer.
+    Results and errors are the store's own (``ApiError`` for a refused request, ``ValueError`` for bad
+    audit arguments, the log's errors when it is closed or failed).
+    """
+
+    def alter_client_quotas(
+        self,
+        alterations: Sequence[ClientQuotaAlteration],
+        *,
+        validate_only: bool = False,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> list[Result]:
+        """Kafka's AlterClientQuotas: one Result per alteration, in order (durable on return). A
+        ``request_id`` already in the log is answered again and changes nothing (a retry)."""
+        ...
+
+    def incremental_alter_configs(
+        self,
+        resources: Sequence[tuple[ConfigResource, Sequence[AlterConfigOp]]],
+        *,
+        validate_only: bool = False,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> list[Result]:
+        """Kafka's IncrementalAlterConfigs for BROKER, TOPIC and CLIENT_METRICS: one Result per resource."""
+        ...
+
+    def alter_client_metrics(
+        self,
+        name: str,
+        *,
+        metrics: str | Sequence[str] | None = None,
+        interval_ms: int | str | None = None,
+        match: str | Mapping[str, str] | Sequence[str] | None = None,
+        validate_only: bool = False,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> Result:
+        """``kafka-client-metrics.sh --alter``: SET the given configs of one resource (others are kept)."""
+        ...
+
+    def delete_client_metrics(
+        self, name: str, *, now_ms: int, principal: str = ANONYMOUS, request_id: str = ""
+    ) -> Result:
+        """``kafka-client-metrics.sh --delete``: DELETE every config of the resource, so it ceases to exist."""
+        ...
+
+    def describe_client_quotas(
+        self, components: Iterable[ClientQuotaFilterComponent], *, strict: bool = False
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """Kafka's DescribeClientQuotas: ``(entity, quotas)`` of every entity the filter matches."""
+        ...
+
+    def describe_configs(self, resource: ConfigResource) -> list[ConfigEntry]:
+        """Kafka's DescribeConfigs of one resource: CLIENT_METRICS its configs as set; BROKER and TOPIC every
+        config quotaplane keeps, with its effective value and whether it is a default."""
+        ...
+
+    def list_client_metrics_resources(self) -> list[str]:
+        """Kafka's ListClientMetricsResources: the names, sorted."""
+        ...
+
+    def history(
+        self,
+        *,
+        entity: Mapping[str, str | None] | EntityKey | None = None,
+        client_metrics: str | None = None,
+        resource: ConfigResource | None = None,
+        key: str | None = None,
+    ) -> list[HistoryEntry]:
+        """Every change (in offset order) of one client-quota entity, client-metrics resource or config
+        resource, optionally of one key, with old and new values."""
+        ...
+
+    def image_at_time(self, time_ms: int) -> ConfigImage:
+        """The image as it was at ``time_ms``: every event committed at or before it."""
+        ...
+
+    @property
+    def start_offset(self) -> int:
+        """The log's first offset (events below it are only in snapshots)."""
+        ...
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next event will get (= events in the log)."""
+        ...
+
+
+#: The ConfigAdmin calls that change the log: a forwarder stamps ``now_ms`` when it is missing and
+#: publishes after them (the ConfigController).
+CONFIG_ADMIN_WRITES = (
+    "alter_client_quotas",
+    "incremental_alter_configs",
+    "alter_client_metrics",
+    "delete_client_metrics",
+)
+#: The ConfigAdmin calls that only read and are forwarded as they are. (``image_at_time`` and the offsets
+#: are not forwarded by name: a remote form ships the image as snapshot bytes and the offsets as calls.)
+CONFIG_ADMIN_READS = ("describe_client_quotas", "describe_configs", "list_client_metrics_resources", "history")
+
+_C = TypeVar("_C", bound=type)
+
+
+def forward_config_admin(via: str, *, defaults: Mapping[str, object] | None = None) -> Callable[[_C], _C]:
+    """Class decorator: each call of :data:`CONFIG_ADMIN_WRITES` and :data:`CONFIG_ADMIN_READS` the class
+    does not define itself becomes ``getattr(self, via)(name, *args, **kwargs)``, named, documented and
+    signed as :class:`ConfigAdmin`'s (``defaults`` replaces parameters' defaults, e.g. ``{"now_ms": None}``
+    for a forwarder that stamps the time itself).
+
+    The methods exist as soon as the class is defined, so ``ray.remote`` sees them as actor methods, and the
+    signature they carry is the one Ray checks a call's arguments against.
+    """
+
+    def decorate(cls: _C) -> _C:
+        for name in (*CONFIG_ADMIN_WRITES, *CONFIG_ADMIN_READS):
+            if name not in vars(cls):
+                setattr(cls, name, _forwarder(cls, name, via, defaults or {}))
+        return cls
+
+    return decorate
+
+
+def _forwarder(cls: type, name: str, via: str, defaults: Mapping[str, object]) -> Callable[..., Any]:
+    spec = getattr(ConfigAdmin, name)
+    signature = inspect.signature(spec)
+    parameters = [
+        p.replace(default=defaults[p.name]) if p.name in defaults else p for p in signature.parameters.values()
+    ]
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, via)(name, *args, **kwargs)
+
+    forward.__name__ = name
+    forward.__qualname__ = f"{cls.__qualname__}.{name}"
+    forward.__module__ = cls.__module__
+    forward.__doc__ = spec.__doc__
+    forward.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return forward
+
+
+class ConfigStore(ConfigAdmin):
+    """The config log's single writer and its replayed image (thread-safe: one change at a time); the
+    :class:`ConfigAdmin` methods' documentation is the protocol's."""
 
     def __init__(
         self,
@@ -121,6 +286,10 @@ class ConfigStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def start_offset(self) -> int:
+        return self.log.start_offset
 
     @property
     def end_offset(self) -> int:
@@ -183,7 +352,6 @@ class ConfigStore:
         principal: str = ANONYMOUS,
         request_id: str = "",
     ) -> list[Result]:
-        """Kafka's AlterClientQuotas: one Result per alteration, in order."""
         return self._run(
             lambda image: plan_alter_client_quotas(image, alterations, resolver=self._resolver),
             validate_only=validate_only,
@@ -201,7 +369,6 @@ class ConfigStore:
         principal: str = ANONYMOUS,
         request_id: str = "",
     ) -> list[Result]:
-        """Kafka's IncrementalAlterConfigs for BROKER, TOPIC and CLIENT_METRICS: one Result per resource."""
         return self._run(
             lambda image: plan_incremental_alter_configs(image, resources),
             validate_only=validate_only,
@@ -222,7 +389,6 @@ class ConfigStore:
         principal: str = ANONYMOUS,
         request_id: str = "",
     ) -> Result:
-        """``kafka-client-metrics.sh --alter``: SET the given configs of one resource (others are kept)."""
         ops = []
         if metrics is not None:
             ops.append(AlterConfigOp("metrics", OpType.SET, _list_value(metrics)))
@@ -242,7 +408,6 @@ class ConfigStore:
     def delete_client_metrics(
         self, name: str, *, now_ms: int, principal: str = ANONYMOUS, request_id: str = ""
     ) -> Result:
-        """``kafka-client-metrics.sh --delete``: DELETE every config of the resource, so it ceases to exist."""
         current = self.image.client_metrics_resource(name) or {}
         ops = [AlterConfigOp(key, OpType.DELETE) for key in sorted(current)]
         resource = ConfigResource(ConfigResourceType.CLIENT_METRICS, name)
@@ -287,7 +452,6 @@ class ConfigStore:
         return _load_image(self.directory, self.log, offset, self.image._max_applied_requests)
 
     def image_at_time(self, time_ms: int) -> ConfigImage:
-        """The image as it was at ``time_ms``: every event committed at or before it."""
         return self.image_at(self.log.offset_for_time(time_ms))
 
     def history(
@@ -298,8 +462,6 @@ class ConfigStore:
         resource: ConfigResource | None = None,
         key: str | None = None,
     ) -> list[HistoryEntry]:
-        """Every change (in offset order) of one client-quota entity, client-metrics resource or config
-        resource, optionally of one key, with old and new values."""
         if sum(x is not None for x in (entity, client_metrics, resource)) != 1:
             raise ValueError("history needs exactly one of entity, client_metrics or resource")
         target = entity_key(entity) if isinstance(entity, Mapping) else entity

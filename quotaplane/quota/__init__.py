@@ -28,15 +28,13 @@ from ._client import (
     ClientSensors,
     UsageItem,
 )
-from ._connection import (
+from ._connection import ConnectionQuotas
+from ._connection_config import (
     IP_CONNECTION_RATE_DEFAULT,
-    Admission,
-    ConnectionAttempt,
-    ConnectionDecision,
-    ConnectionLimit,
-    ConnectionQuotas,
     ConnectionQuotasConfig,
+    parse_max_connections_per_ip_overrides,
 )
+from ._connection_decision import Admission, ConnectionAttempt, ConnectionDecision, ConnectionLimit
 from ._controller_mutation import (
     STRICT_SINCE_VERSION,
     UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
@@ -47,6 +45,15 @@ from ._controller_mutation import (
     ThrottlingQuotaExceededError,
 )
 from ._factory import QuotaConfig, QuotaManagers, build_quota_managers
+from ._normalise import (
+    Address,
+    Resolver,
+    check_listener_name,
+    host_address,
+    ip_literal,
+    normalise_listener,
+    peer_address,
+)
 from ._producer_ids import (
     PRODUCER_IDS_RATE,
     ProducerIdItem,
@@ -80,6 +87,7 @@ __all__ = [
     "USER_CLIENT_ID_QUOTA_ENABLED",
     "USER_QUOTA_ENABLED",
     "USER_TAG",
+    "Address",
     "Admission",
     "ClientQuotaCallback",
     "ClientQuotaEntity",
@@ -106,6 +114,7 @@ __all__ = [
     "QuotaType",
     "ReplicationQuotaManager",
     "ReplicationQuotaManagerConfig",
+    "Resolver",
     "StrictControllerMutationQuota",
     "ThrottledReplicas",
     "ThrottlingQuotaExceededError",
@@ -113,10 +122,16 @@ __all__ = [
     "UsageItem",
     "bounded_throttle_time",
     "build_quota_managers",
+    "check_listener_name",
     "desanitize",
+    "host_address",
+    "ip_literal",
     "java_round",
     "nanos_to_percentage",
+    "normalise_listener",
+    "parse_max_connections_per_ip_overrides",
     "parse_throttled_replicas",
+    "peer_address",
     "sanitize",
     "throttle_time",
     "token_bucket_throttle_time",

@@ -21,381 +21,33 @@ Every call takes ``now_ms``; nothing here reads a clock or starts a thread.
 
 from __future__ import annotations
 
-import enum
-import ipaddress
 import itertools
-import math
-import re
-import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
-from ..metrics import Avg, MetricConfig, MetricName, Metrics, Quota, QuotaViolationError, Rate, Sensor
-from .throttle import INT_MAX_VALUE, bounded_throttle_time
-
-__all__ = [
-    "CONNECTION_RATE_METRIC_NAME",
-    "CONNECTION_RATE_SENSOR_NAME",
-    "IP_CONNECTION_RATE_DEFAULT",
-    "IP_CONNECTION_RATE_OVERRIDE_CONFIG",
-    "MAX_CONNECTIONS_CONFIG",
-    "MAX_CONNECTIONS_PER_IP_CONFIG",
-    "MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG",
-    "MAX_CONNECTION_CREATION_RATE_CONFIG",
-    "SOCKET_SERVER_METRICS_GROUP",
-    "Admission",
-    "ConnectionAttempt",
-    "ConnectionDecision",
-    "ConnectionLimit",
-    "ConnectionQuotas",
-    "ConnectionQuotasConfig",
-    "Resolver",
-    "default_resolver",
-    "parse_max_connections_per_ip_overrides",
-]
-
-# --- Kafka's names ----------------------------------------------------------------------------------
-#: Kafka's ``SocketServer.MetricsGroup``.
-SOCKET_SERVER_METRICS_GROUP = "socket-server-metrics"
-#: Kafka's ``ConnectionQuotaEntity`` names: sensors are this, ``-<listener>`` or ``-<ip>``.
-CONNECTION_RATE_SENSOR_NAME = "Connection-Accept-Rate"
-CONNECTION_RATE_METRIC_NAME = "connection-accept-rate"
-BROKER_CONNECTION_RATE_METRIC_NAME = "broker-" + CONNECTION_RATE_METRIC_NAME
-LISTENER_METRIC_TAG = "listener"
-IP_METRIC_TAG = "ip"
-LISTENER_THROTTLE_PREFIX = ""
-IP_THROTTLE_PREFIX = "ip-"
-_RATE_DESCRIPTION = "Tracking rate of accepting new connections (per second)"
-_THROTTLE_DESCRIPTION = "Tracking average throttle-time, out of non-zero throttle times, per listener"
-#: An IP's rate sensor is dropped after an hour without connections; broker and listener ones never.
-IP_SENSOR_EXPIRATION_SECONDS = 3600
-
-#: Kafka's ``QuotaConfig.IP_CONNECTION_RATE_DEFAULT``: no per-IP creation-rate limit.
-IP_CONNECTION_RATE_DEFAULT = INT_MAX_VALUE
-
-# broker config names (Kafka's SocketServerConfigs / QuotaConfig)
-MAX_CONNECTIONS_CONFIG = "max.connections"
-MAX_CONNECTIONS_PER_IP_CONFIG = "max.connections.per.ip"
-MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG = "max.connections.per.ip.overrides"
-MAX_CONNECTION_CREATION_RATE_CONFIG = "max.connection.creation.rate"
-INTER_BROKER_LISTENER_NAME_CONFIG = "inter.broker.listener.name"
-NUM_QUOTA_SAMPLES_CONFIG = "quota.window.num"
-QUOTA_WINDOW_SIZE_SECONDS_CONFIG = "quota.window.size.seconds"
-IP_CONNECTION_RATE_OVERRIDE_CONFIG = "connection_creation_rate"
-LISTENER_CONFIG_PREFIX = "listener.name."
-_LISTENER_CONFIGS = (MAX_CONNECTIONS_CONFIG, MAX_CONNECTION_CREATION_RATE_CONFIG)
-_STATIC_CONFIGS = frozenset(
-    {INTER_BROKER_LISTENER_NAME_CONFIG, NUM_QUOTA_SAMPLES_CONFIG, QUOTA_WINDOW_SIZE_SECONDS_CONFIG}
+from ..metrics import MetricName, Metrics
+from ._connection_config import (
+    IP_CONNECTION_RATE_DEFAULT,
+    IP_CONNECTION_RATE_OVERRIDE_CONFIG,
+    LISTENER_CONFIG_PREFIX,
+    LISTENER_CONFIGS,
+    MAX_CONNECTION_CREATION_RATE_CONFIG,
+    MAX_CONNECTIONS_CONFIG,
+    MAX_CONNECTIONS_PER_IP_CONFIG,
+    MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG,
+    STATIC_CONFIGS,
+    VALID_HOST,
+    ConnectionQuotasConfig,
+    check_now,
+    check_per_ip_zero,
+    int_config,
+    parse_max_connections_per_ip_overrides,
 )
+from ._connection_decision import Admission, ConnectionAttempt, ConnectionDecision, ConnectionLimit
+from ._connection_sensors import ConnectionSensors, ListenerConnectionQuota
+from ._normalise import Address, Resolver, check_listener_name, default_resolver, host_address, ip_literal, peer_address
+from .throttle import INT_MAX_VALUE
 
-# --- addresses ---------------------------------------------------------------------------------------
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-#: Turns a host name into one IP address literal (Java's ``InetAddress.getByName``). Raise OSError
-#: (or ValueError) when the name does not resolve.
-Resolver = Callable[[str], str]
-
-#: Kafka's ``Utils.validHostPattern`` (host names and IP literals of ``max.connections.per.ip.overrides``).
-_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]+")
-_CSV_SPLIT = re.compile(r"\s*,\s*")
-
-
-def default_resolver(host: str) -> str:
-    """The first address ``socket.getaddrinfo`` gives for ``host`` (Java's ``InetAddress.getByName``)."""
-    return socket.getaddrinfo(host, None)[0][4][0]
-
-
-def _ip_literal(value: object) -> Address | None:
-    """``value`` as an address if it is an IP literal (or address object), else None.
-
-    An IPv4-mapped IPv6 address is the IPv4 address, as Java's ``InetAddress`` makes it.
-    """
-    if isinstance(value, ipaddress.IPv4Address | ipaddress.IPv6Address):
-        address = value
-    elif isinstance(value, str):
-        try:
-            address = ipaddress.ip_address(value.strip())
-        except ValueError:
-            return None
-    else:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None and not address.scope_id:
-        return address.ipv4_mapped
-    return address
-
-
-def _host_address(address: Address) -> str:
-    """Java's ``InetAddress.getHostAddress``: IPv6 as eight uncompressed hex groups (``0:0:0:0:0:0:0:1``)."""
-    if address.version == 4:
-        return str(address)
-    packed = address.packed
-    text = ":".join(f"{int.from_bytes(packed[i : i + 2], 'big'):x}" for i in range(0, 16, 2))
-    return f"{text}%{address.scope_id}" if address.scope_id else text
-
-
-def _peer_address(ip: object) -> Address:
-    address = _ip_literal(ip)
-    if address is None:
-        raise ValueError(f"{ip!r} is not an IP address; a connection's peer address must be an IPv4 or IPv6 literal")
-    return address
-
-
-# --- value checks ------------------------------------------------------------------------------------
-def _check_now(now_ms: object) -> int:
-    if isinstance(now_ms, bool) or not isinstance(now_ms, int):
-        raise ValueError(f"now_ms must be an integer of milliseconds, got {now_ms!r}")
-    return now_ms
-
-
-def _int_value(name: str, value: object, minimum: int, *, allow_integral_float: bool = False) -> int:
-    """An int config value (an int, or a string of one as Kafka's ConfigDef parses) in [minimum, Integer.MAX_VALUE]."""
-    integral = (
-        (isinstance(value, int) and not isinstance(value, bool))
-        or (isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value) is not None)
-        or (allow_integral_float and isinstance(value, float) and math.isfinite(value) and value.is_integer())
-    )
-    if not integral:
-        raise ValueError(f"Invalid value {value!r} for {name}: expected an integer")
-    parsed = int(value)  # type: ignore[arg-type]
-    if not minimum <= parsed <= INT_MAX_VALUE:
-        raise ValueError(f"Invalid value {parsed} for {name}: must be between {minimum} and {INT_MAX_VALUE}")
-    return parsed
-
-
-def _check_listener_name(listener: object) -> str:
-    if not isinstance(listener, str) or not listener or listener != listener.strip():
-        raise ValueError(f"a listener name must be a non-empty string without surrounding spaces, got {listener!r}")
-    if _ip_literal(listener) is not None:
-        # its sensor would be named like an IP's (Connection-Accept-Rate-<name>)
-        raise ValueError(f"a listener name cannot be an IP address, got {listener!r}")
-    return listener
-
-
-def parse_max_connections_per_ip_overrides(value: str | Mapping[str, object] | None) -> dict[str, int]:
-    """``max.connections.per.ip.overrides`` as ``{host or ip: max}``, validated as Kafka's KafkaConfig does.
-
-    The string form is Kafka's: ``"hostName:100,127.0.0.1:200"``; each entry splits at its last
-    ``:``, so ``"::1:5"`` is the IPv6 loopback with 5. Counts are integers ≥ 0 and hosts match
-    Kafka's ``Utils.validHostPattern``.
-
-    >>> parse_max_connections_per_ip_overrides("broker1:100, 127.0.0.1:200,::1:5")
-    {'broker1': 100, '127.0.0.1': 200, '::1': 5}
-    """
-    if value is None:
-        return {}
-    entries: list[tuple[object, object]]
-    if isinstance(value, str):
-        parts = _CSV_SPLIT.split(value.strip()) if value.strip() else []
-        while parts and not parts[-1]:  # Java's String.split drops trailing empty strings
-            parts.pop()
-        entries = []
-        for part in parts:
-            host, sep, count = part.rpartition(":")
-            if not sep:
-                raise ValueError(
-                    f"Error parsing configuration property '{MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG}': "
-                    f"entry {part!r} is not host:count"
-                )
-            entries.append((host.strip(), count.strip()))
-    elif isinstance(value, Mapping):
-        entries = list(value.items())
-    else:
-        raise ValueError(
-            f"{MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG} must be a 'host:count,...' string or a mapping, "
-            f"got {type(value).__name__}"
-        )
-    overrides: dict[str, int] = {}
-    invalid: list[str] = []
-    for host, count in entries:
-        if not isinstance(host, str) or not _VALID_HOST.fullmatch(host):
-            invalid.append(repr(host))
-            continue
-        overrides[host] = _int_value(f"{MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG} of {host}", count, 0)
-    if invalid:
-        raise ValueError(f"{MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG} contains invalid addresses : {','.join(invalid)}")
-    return overrides
-
-
-# --- decisions ---------------------------------------------------------------------------------------
-class Admission(enum.Enum):
-    """What ``inc`` decided."""
-
-    ADMIT = "admit"
-    THROTTLE = "throttle"
-    REJECT = "reject"
-
-
-class ConnectionLimit(enum.Enum):
-    """The limit behind a THROTTLE or REJECT; values are Kafka's config names."""
-
-    BROKER_CONNECTIONS = MAX_CONNECTIONS_CONFIG
-    LISTENER_CONNECTIONS = LISTENER_CONFIG_PREFIX + "<listener>." + MAX_CONNECTIONS_CONFIG
-    IP_CONNECTIONS = MAX_CONNECTIONS_PER_IP_CONFIG
-    BROKER_CONNECTION_RATE = MAX_CONNECTION_CREATION_RATE_CONFIG
-    LISTENER_CONNECTION_RATE = LISTENER_CONFIG_PREFIX + "<listener>." + MAX_CONNECTION_CREATION_RATE_CONFIG
-    IP_CONNECTION_RATE = IP_CONNECTION_RATE_OVERRIDE_CONFIG
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionAttempt:
-    """A connection that Kafka's acceptor would be blocked on; pass it back to ``inc`` to ask again.
-
-    It was recorded once, on the broker and listener rate sensors, when it first arrived
-    (``started_ms``); asking again with it records nothing more there. ``throttle_end_ms`` is when
-    its rate delay ends (``started_ms`` if it only waits for a slot). ``rate_limit`` names the rate
-    limit that set the delay. A token is valid until ``inc`` admits or rejects it, ``abandon`` drops
-    it, or its listener is removed.
-    """
-
-    attempt_id: int
-    listener: str
-    ip: str
-    started_ms: int
-    throttle_end_ms: int
-    rate_limit: ConnectionLimit | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionDecision:
-    """The answer to ``inc``.
-
-    ============== ===========================================================================
-    ``kind``       ADMIT, THROTTLE or REJECT
-    ``throttle_ms`` THROTTLE: ms left of a rate delay (0: waiting for a free slot).
-                   REJECT by ``IP_CONNECTION_RATE``: ms to hold the socket before closing it.
-    ``limit``      the limit behind a THROTTLE or REJECT
-    ``max_connections`` the count limit named by ``limit`` (count limits only)
-    ``attempt``    THROTTLE only: the token to ask again with
-    ============== ===========================================================================
-    """
-
-    kind: Admission
-    listener: str
-    ip: str
-    throttle_ms: int = 0
-    limit: ConnectionLimit | None = None
-    max_connections: int | None = None
-    attempt: ConnectionAttempt | None = None
-
-    @property
-    def admitted(self) -> bool:
-        return self.kind is Admission.ADMIT
-
-    @property
-    def throttled(self) -> bool:
-        return self.kind is Admission.THROTTLE
-
-    @property
-    def rejected(self) -> bool:
-        return self.kind is Admission.REJECT
-
-    @property
-    def waiting_for_slot(self) -> bool:
-        """THROTTLE with no rate delay left: a broker or listener ``max.connections`` is reached."""
-        return self.kind is Admission.THROTTLE and self.throttle_ms == 0
-
-    @property
-    def counted(self) -> bool:
-        """True if the connection is in the counts, so the caller must call ``dec`` when it closes.
-
-        True for ADMIT and for a ``max.connections.per.ip`` REJECT (Kafka counts it, then closes it).
-        """
-        return self.kind is Admission.ADMIT or self.limit is ConnectionLimit.IP_CONNECTIONS
-
-
-# --- configuration -----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConnectionQuotasConfig:
-    """The broker configs ``ConnectionQuotas`` reads (Kafka's defaults: no limits, 11 windows of 1 s).
-
-    ``max_connections_per_ip_overrides`` takes Kafka's string (``"host:100,127.0.0.1:200"``) or a
-    mapping; it is stored as a tuple of ``(host, max)`` pairs. Host names are resolved by
-    ``ConnectionQuotas`` (with its resolver), once, when the config is applied.
-
-    >>> ConnectionQuotasConfig.from_configs({"max.connections": "100", "quota.window.num": 2}).max_connections
-    100
-    """
-
-    max_connections: int = INT_MAX_VALUE
-    max_connections_per_ip: int = INT_MAX_VALUE
-    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = field(default=())
-    max_connection_creation_rate: int = INT_MAX_VALUE
-    inter_broker_listener: str | None = None
-    num_quota_samples: int = 11
-    quota_window_size_seconds: int = 1
-
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "max_connections", _int_value(MAX_CONNECTIONS_CONFIG, self.max_connections, 0))
-        set_(self, "max_connections_per_ip", _int_value(MAX_CONNECTIONS_PER_IP_CONFIG, self.max_connections_per_ip, 0))
-        overrides = self.max_connections_per_ip_overrides
-        if isinstance(overrides, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in overrides):
-            overrides = dict(overrides)
-        set_(self, "max_connections_per_ip_overrides", tuple(parse_max_connections_per_ip_overrides(overrides).items()))
-        set_(
-            self,
-            "max_connection_creation_rate",
-            _int_value(MAX_CONNECTION_CREATION_RATE_CONFIG, self.max_connection_creation_rate, 0),
-        )
-        if self.inter_broker_listener is not None:
-            _check_listener_name(self.inter_broker_listener)
-        set_(self, "num_quota_samples", _int_value(NUM_QUOTA_SAMPLES_CONFIG, self.num_quota_samples, 1))
-        set_(
-            self,
-            "quota_window_size_seconds",
-            _int_value(QUOTA_WINDOW_SIZE_SECONDS_CONFIG, self.quota_window_size_seconds, 1),
-        )
-        if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides:
-            raise ValueError(
-                f"{MAX_CONNECTIONS_PER_IP_CONFIG} can be set to zero only if "
-                f"{MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG} property is set."
-            )
-
-    @classmethod
-    def from_configs(cls, configs: Mapping[str, object]) -> ConnectionQuotasConfig:
-        """Build from Kafka's broker config names; an unknown name is a ValueError."""
-        names = {
-            MAX_CONNECTIONS_CONFIG: "max_connections",
-            MAX_CONNECTIONS_PER_IP_CONFIG: "max_connections_per_ip",
-            MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG: "max_connections_per_ip_overrides",
-            MAX_CONNECTION_CREATION_RATE_CONFIG: "max_connection_creation_rate",
-            INTER_BROKER_LISTENER_NAME_CONFIG: "inter_broker_listener",
-            NUM_QUOTA_SAMPLES_CONFIG: "num_quota_samples",
-            QUOTA_WINDOW_SIZE_SECONDS_CONFIG: "quota_window_size_seconds",
-        }
-        unknown = sorted(str(k) for k in configs if k not in names)
-        if unknown:
-            raise ValueError(f"unknown connection quota configs {unknown}; expected some of {sorted(names)}")
-        return cls(**{names[k]: v for k, v in configs.items() if v is not None})
-
-    @property
-    def quota_window_ms(self) -> int:
-        return self.quota_window_size_seconds * 1000
-
-
-# --- the manager -------------------------------------------------------------------------------------
-class _Listener:
-    """One listener's limits, count and sensors (Kafka's ``ListenerConnectionQuota``)."""
-
-    __slots__ = (
-        "count",
-        "ip_throttle_sensor",
-        "max_connection_creation_rate",
-        "max_connections",
-        "name",
-        "rate_metric_name",
-        "rate_sensor",
-        "throttle_sensor",
-    )
-
-    def __init__(self, name: str, max_connections: int, max_connection_creation_rate: int) -> None:
-        self.name = name
-        self.max_connections = max_connections
-        self.max_connection_creation_rate = max_connection_creation_rate
-        self.count = 0
-        self.rate_sensor: Sensor
-        self.rate_metric_name: MetricName
-        self.throttle_sensor: Sensor
-        self.ip_throttle_sensor: Sensor
+__all__ = ["ConnectionQuotas"]
 
 
 class ConnectionQuotas:
@@ -425,11 +77,13 @@ class ConnectionQuotas:
         config = config if config is not None else ConnectionQuotasConfig()
         if not isinstance(config, ConnectionQuotasConfig):
             raise ValueError(f"config must be a ConnectionQuotasConfig, got {type(config).__name__}")
-        now_ms = _check_now(now_ms)
+        now_ms = check_now(now_ms)
         self.config = config
         self.metrics = metrics if metrics is not None else Metrics()
         self._resolver: Resolver = resolver if resolver is not None else default_resolver
-        self._max_throttle_ms = config.quota_window_size_seconds * 1000
+        self._sensors = ConnectionSensors(
+            self.metrics, num_quota_samples=config.num_quota_samples, quota_window_ms=config.quota_window_ms
+        )
 
         self._max_connections = config.max_connections
         self._max_connections_per_ip = config.max_connections_per_ip
@@ -439,7 +93,7 @@ class ConnectionQuotas:
 
         self._counts: dict[Address, int] = {}
         self._total_count = 0
-        self._listeners: dict[str, _Listener] = {}
+        self._listeners: dict[str, ListenerConnectionQuota] = {}
         self._retired_listeners: set[str] = set()
 
         self._default_connection_rate_per_ip = IP_CONNECTION_RATE_DEFAULT
@@ -452,15 +106,8 @@ class ConnectionQuotas:
         #: Kafka's ``counts.notifyAll()``: moves whenever a caller waiting for a slot may now get one.
         self.wake_epoch = 0
 
-        self._broker_rate_metric_name = self.metrics.metric_name(
-            BROKER_CONNECTION_RATE_METRIC_NAME, SOCKET_SERVER_METRICS_GROUP, _RATE_DESCRIPTION
-        )
-        self._broker_rate_sensor = self._rate_sensor(
-            CONNECTION_RATE_SENSOR_NAME,
-            self._broker_rate_metric_name,
-            self._max_connection_creation_rate,
-            now_ms,
-            expiration_seconds=math.inf,
+        self._broker_rate_sensor, self._broker_rate_metric_name = self._sensors.broker_rate_sensor(
+            self._max_connection_creation_rate, now_ms
         )
 
     # --- admission -------------------------------------------------------------------------------
@@ -476,10 +123,10 @@ class ConnectionQuotas:
         Then the IP creation rate is checked (REJECT, un-recorded everywhere, if over), the counts
         are incremented, and the per-IP count is checked on the count before the increment.
         """
-        now_ms = _check_now(now_ms)
-        address = _peer_address(ip)
+        now_ms = check_now(now_ms)
+        address = peer_address(ip)
         state = self._listener(listener)
-        host = _host_address(address)
+        host = host_address(address)
         if attempt is None:
             throttle_ms, rate_limit = self._record_connection_and_get_throttle_time(state, now_ms)
             if throttle_ms > 0 or not self._connection_slot_available(state):
@@ -517,8 +164,8 @@ class ConnectionQuotas:
         A removed listener is accepted (its connections close after it is gone): the IP and broker
         counts drop, as in Kafka. A listener never added is a ValueError.
         """
-        _check_now(now_ms)
-        address = _peer_address(ip)
+        check_now(now_ms)
+        address = peer_address(ip)
         if not isinstance(listener, str) or (
             listener not in self._listeners and listener not in self._retired_listeners
         ):
@@ -527,7 +174,7 @@ class ConnectionQuotas:
         if count is None:
             raise ValueError(
                 "Attempted to decrease connection count for address with no connections, "
-                f"address: {_host_address(address)}"
+                f"address: {host_address(address)}"
             )
         if count == 1:
             del self._counts[address]
@@ -553,7 +200,7 @@ class ConnectionQuotas:
 
     def abandon_attempts_older_than(self, now_ms: int, max_wait_ms: int) -> list[ConnectionAttempt]:
         """Drop, and return, pending attempts that started more than ``max_wait_ms`` before ``now_ms``."""
-        now_ms = _check_now(now_ms)
+        now_ms = check_now(now_ms)
         if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, int) or max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be an integer ≥ 0, got {max_wait_ms!r}")
         stale = [a for a in self._pending.values() if now_ms - a.started_ms > max_wait_ms]
@@ -581,7 +228,7 @@ class ConnectionQuotas:
     # --- reads -----------------------------------------------------------------------------------
     def get(self, ip: object) -> int:
         """Open (counted) connections from ``ip`` (Kafka's ``get``)."""
-        return self._counts.get(_peer_address(ip), 0)
+        return self._counts.get(peer_address(ip), 0)
 
     @property
     def total_count(self) -> int:
@@ -604,7 +251,7 @@ class ConnectionQuotas:
 
     def connection_rate_for_ip(self, ip: object) -> int:
         """The creation-rate quota for ``ip``: its override, else the default (Kafka's ``connectionRateForIp``)."""
-        return self._connection_rate_for(_peer_address(ip))
+        return self._connection_rate_for(peer_address(ip))
 
     @property
     def max_connections(self) -> int:
@@ -617,7 +264,7 @@ class ConnectionQuotas:
     @property
     def max_connections_per_ip_overrides(self) -> dict[str, int]:
         """The overrides by resolved address (Java's host-address form)."""
-        return {_host_address(a): n for a, n in self._max_connections_per_ip_overrides.items()}
+        return {host_address(a): n for a, n in self._max_connections_per_ip_overrides.items()}
 
     @property
     def max_connection_creation_rate(self) -> int:
@@ -645,26 +292,13 @@ class ConnectionQuotas:
 
         As in Kafka, adding an existing listener changes nothing (use ``update_listener_config``).
         """
-        name = _check_listener_name(listener)
-        now_ms = _check_now(now_ms)
+        name = check_listener_name(listener)
+        now_ms = check_now(now_ms)
         max_conn, max_rate = self._listener_limits(name, max_connections, max_connection_creation_rate)
         if name in self._listeners:
             self.wake_epoch += 1
             return False
-        state = _Listener(name, max_conn, max_rate)
-        state.rate_metric_name = self.metrics.metric_name(
-            CONNECTION_RATE_METRIC_NAME, SOCKET_SERVER_METRICS_GROUP, _RATE_DESCRIPTION, {LISTENER_METRIC_TAG: name}
-        )
-        state.rate_sensor = self._rate_sensor(
-            f"{CONNECTION_RATE_SENSOR_NAME}-{name}",
-            state.rate_metric_name,
-            max_rate,
-            now_ms,
-            expiration_seconds=math.inf,
-        )
-        state.throttle_sensor = self._throttle_sensor(LISTENER_THROTTLE_PREFIX, name, now_ms)
-        state.ip_throttle_sensor = self._throttle_sensor(IP_THROTTLE_PREFIX, name, now_ms)
-        self._listeners[name] = state
+        self._listeners[name] = self._sensors.listener(name, max_conn, max_rate, now_ms)
         self._retired_listeners.discard(name)
         self.wake_epoch += 1
         return True
@@ -674,8 +308,7 @@ class ConnectionQuotas:
         state = self._listener(listener)
         del self._listeners[state.name]
         self._retired_listeners.add(state.name)
-        for sensor in (state.rate_sensor, state.throttle_sensor, state.ip_throttle_sensor):
-            self.metrics.remove_sensor(sensor.name)
+        self._sensors.remove_listener(state)
         for attempt_id in [a.attempt_id for a in self._pending.values() if a.listener == state.name]:
             del self._pending[attempt_id]
         self.wake_epoch += 1
@@ -695,26 +328,26 @@ class ConnectionQuotas:
     # --- broker-wide limits ----------------------------------------------------------------------
     def update_max_connections(self, max_connections: int) -> None:
         """Broker-wide ``max.connections``."""
-        self._max_connections = _int_value(MAX_CONNECTIONS_CONFIG, max_connections, 0)
+        self._max_connections = int_config(MAX_CONNECTIONS_CONFIG, max_connections, 0)
         self.wake_epoch += 1
 
     def update_max_connections_per_ip(self, max_connections_per_ip: int) -> None:
         """Default ``max.connections.per.ip`` (0 only with overrides, as Kafka requires)."""
-        value = _int_value(MAX_CONNECTIONS_PER_IP_CONFIG, max_connections_per_ip, 0)
-        self._check_per_ip_zero(value, self._max_connections_per_ip_overrides)
+        value = int_config(MAX_CONNECTIONS_PER_IP_CONFIG, max_connections_per_ip, 0)
+        check_per_ip_zero(value, self._max_connections_per_ip_overrides)
         self._max_connections_per_ip = value
 
     def update_max_connections_per_ip_overrides(self, overrides: str | Mapping[str, object] | None) -> None:
         """Replace ``max.connections.per.ip.overrides`` (host names are resolved now, with the resolver)."""
         resolved = self._resolve_overrides(parse_max_connections_per_ip_overrides(overrides))
-        self._check_per_ip_zero(self._max_connections_per_ip, resolved)
+        check_per_ip_zero(self._max_connections_per_ip, resolved)
         self._max_connections_per_ip_overrides = resolved
 
     def update_broker_max_connection_rate(self, max_connection_creation_rate: int) -> None:
         """Broker-wide ``max.connection.creation.rate``; a waiting rate delay is kept, as in Kafka."""
-        rate = _int_value(MAX_CONNECTION_CREATION_RATE_CONFIG, max_connection_creation_rate, 0)
+        rate = int_config(MAX_CONNECTION_CREATION_RATE_CONFIG, max_connection_creation_rate, 0)
         self._max_connection_creation_rate = rate
-        self._update_rate_quota(self._broker_rate_metric_name, rate)
+        self._sensors.update_rate_quota(self._broker_rate_metric_name, rate)
 
     def update_ip_connection_rate_quota(self, ip: object | None, rate: int | None) -> None:
         """Set (``rate``) or remove (None) the ``connection_creation_rate`` of ``ip``, or of the default IP entity
@@ -725,7 +358,7 @@ class ConnectionQuotas:
         """
         address = None if ip is None else self._resolve(ip, what="IP quota entity")
         value = (
-            None if rate is None else _int_value(IP_CONNECTION_RATE_OVERRIDE_CONFIG, rate, 0, allow_integral_float=True)
+            None if rate is None else int_config(IP_CONNECTION_RATE_OVERRIDE_CONFIG, rate, 0, allow_integral_float=True)
         )
         if address is not None:
             if value is None:
@@ -734,7 +367,7 @@ class ConnectionQuotas:
                 self._connection_rate_per_ip[address] = value
             name = self._ip_rate_metric_names.get(address)
             if name is not None:
-                self._update_rate_quota(name, self._connection_rate_for(address))
+                self._sensors.update_rate_quota(name, self._connection_rate_for(address))
             return
         self._default_connection_rate_per_ip = value if value is not None else IP_CONNECTION_RATE_DEFAULT
         for addr, name in list(self._ip_rate_metric_names.items()):
@@ -744,7 +377,7 @@ class ConnectionQuotas:
                 continue
             quota = self._connection_rate_for(addr)
             if metric.config.quota is None or metric.config.quota.bound != quota:
-                metric.config = self._rate_config(quota)
+                metric.config = self._sensors.rate_config(quota)
 
     def reconfigure(self, configs: Mapping[str, object]) -> None:
         """Apply dynamic broker configs by Kafka's names; all are validated before any is applied.
@@ -765,28 +398,28 @@ class ConnectionQuotas:
         for key, value in configs.items():
             if not isinstance(key, str):
                 raise ValueError(f"config names are strings, got {key!r}")
-            if key in _STATIC_CONFIGS:
+            if key in STATIC_CONFIGS:
                 raise ValueError(f"{key} cannot be changed at runtime")
             if key == MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG:
                 overrides = self._resolve_overrides(parse_max_connections_per_ip_overrides(value))
             elif key == MAX_CONNECTIONS_CONFIG:
-                max_connections = INT_MAX_VALUE if value is None else _int_value(key, value, 0)
+                max_connections = INT_MAX_VALUE if value is None else int_config(key, value, 0)
             elif key == MAX_CONNECTIONS_PER_IP_CONFIG:
-                max_per_ip = INT_MAX_VALUE if value is None else _int_value(key, value, 0)
+                max_per_ip = INT_MAX_VALUE if value is None else int_config(key, value, 0)
             elif key == MAX_CONNECTION_CREATION_RATE_CONFIG:
-                max_rate = INT_MAX_VALUE if value is None else _int_value(key, value, 0)
+                max_rate = INT_MAX_VALUE if value is None else int_config(key, value, 0)
             elif key.startswith(LISTENER_CONFIG_PREFIX):
                 state, suffix = self._listener_config_key(key)
-                limit = INT_MAX_VALUE if value is None else _int_value(key, value, 1)
+                limit = INT_MAX_VALUE if value is None else int_config(key, value, 1)
                 listener_changes.setdefault(state.name, {})[suffix] = limit
             else:
                 raise ValueError(
                     f"unknown connection quota config {key!r}; dynamic configs are {MAX_CONNECTIONS_CONFIG}, "
                     f"{MAX_CONNECTIONS_PER_IP_CONFIG}, {MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG}, "
                     f"{MAX_CONNECTION_CREATION_RATE_CONFIG} and {LISTENER_CONFIG_PREFIX}<listener>."
-                    f"{{{','.join(_LISTENER_CONFIGS)}}}"
+                    f"{{{','.join(LISTENER_CONFIGS)}}}"
                 )
-        self._check_per_ip_zero(
+        check_per_ip_zero(
             self._max_connections_per_ip if max_per_ip is None else max_per_ip,
             self._max_connections_per_ip_overrides if overrides is None else overrides,
         )
@@ -798,7 +431,7 @@ class ConnectionQuotas:
             self._max_connections_per_ip_overrides = overrides
         if max_rate is not None:
             self._max_connection_creation_rate = max_rate
-            self._update_rate_quota(self._broker_rate_metric_name, max_rate)
+            self._sensors.update_rate_quota(self._broker_rate_metric_name, max_rate)
         if max_connections is not None:
             self._max_connections = max_connections
             self.wake_epoch += 1
@@ -814,26 +447,25 @@ class ConnectionQuotas:
         """Remove the broker and listener sensors (Kafka's ``close``); IP sensors expire on their own."""
         self.metrics.remove_sensor(self._broker_rate_sensor.name)
         for state in self._listeners.values():
-            for sensor in (state.rate_sensor, state.throttle_sensor, state.ip_throttle_sensor):
-                self.metrics.remove_sensor(sensor.name)
+            self._sensors.remove_listener(state)
 
     # --- internals: limits -----------------------------------------------------------------------
-    def _listener(self, listener: object) -> _Listener:
+    def _listener(self, listener: object) -> ListenerConnectionQuota:
         state = self._listeners.get(listener) if isinstance(listener, str) else None
         if state is None:
             raise ValueError(f"unknown listener {listener!r}; known listeners: {sorted(self._listeners)}")
         return state
 
-    def _listener_config_key(self, key: str) -> tuple[_Listener, str]:
+    def _listener_config_key(self, key: str) -> tuple[ListenerConnectionQuota, str]:
         rest = key[len(LISTENER_CONFIG_PREFIX) :]
-        for suffix in _LISTENER_CONFIGS:
+        for suffix in LISTENER_CONFIGS:
             if rest.endswith("." + suffix):
                 prefix = rest[: -len(suffix) - 1]
                 matches = [s for s in self._listeners.values() if s.name.lower() == prefix.lower()]
                 if len(matches) == 1:
                     return matches[0], suffix
                 raise ValueError(f"config {key!r} names unknown listener {prefix!r}; known: {sorted(self._listeners)}")
-        raise ValueError(f"unknown listener config {key!r}; a listener takes only {', '.join(_LISTENER_CONFIGS)}")
+        raise ValueError(f"unknown listener config {key!r}; a listener takes only {', '.join(LISTENER_CONFIGS)}")
 
     @staticmethod
     def _listener_limits(name: str, max_connections: object, max_rate: object) -> tuple[int, int]:
@@ -841,39 +473,31 @@ class ConnectionQuotas:
         max_conn = (
             INT_MAX_VALUE
             if max_connections is None
-            else _int_value(prefix + MAX_CONNECTIONS_CONFIG, max_connections, 1)
+            else int_config(prefix + MAX_CONNECTIONS_CONFIG, max_connections, 1)
         )
         rate = (
-            INT_MAX_VALUE if max_rate is None else _int_value(prefix + MAX_CONNECTION_CREATION_RATE_CONFIG, max_rate, 1)
+            INT_MAX_VALUE if max_rate is None else int_config(prefix + MAX_CONNECTION_CREATION_RATE_CONFIG, max_rate, 1)
         )
         return max_conn, rate
 
-    def _apply_listener_limits(self, state: _Listener, max_connections: int, max_rate: int) -> None:
+    def _apply_listener_limits(self, state: ListenerConnectionQuota, max_connections: int, max_rate: int) -> None:
         state.max_connections = max_connections
         state.max_connection_creation_rate = max_rate
-        self._update_rate_quota(state.rate_metric_name, max_rate)
+        self._sensors.update_rate_quota(state.rate_metric_name, max_rate)
         self.wake_epoch += 1
-
-    @staticmethod
-    def _check_per_ip_zero(per_ip: int, overrides: Mapping[Address, int]) -> None:
-        if per_ip == 0 and not overrides:
-            raise ValueError(
-                f"{MAX_CONNECTIONS_PER_IP_CONFIG} can be set to zero only if "
-                f"{MAX_CONNECTIONS_PER_IP_OVERRIDES_CONFIG} property is set."
-            )
 
     def _resolve(self, value: object, *, what: str) -> Address:
         """An IP literal, or a host name resolved once with the resolver (Java's ``InetAddress.getByName``)."""
-        address = _ip_literal(value)
+        address = ip_literal(value)
         if address is not None:
             return address
-        if not isinstance(value, str) or not _VALID_HOST.fullmatch(value):
+        if not isinstance(value, str) or not VALID_HOST.fullmatch(value):
             raise ValueError(f"{what} {value!r} is not a valid IP address or host name")
         try:
             resolved = self._resolver(value)
         except Exception as e:  # an injected resolver may fail its own way (KeyError, ...)
             raise ValueError(f"{what} {value!r}: unable to resolve address ({e!r})") from e
-        address = _ip_literal(resolved)
+        address = ip_literal(resolved)
         if address is None:
             raise ValueError(f"{what} {value!r}: the resolver gave {resolved!r}, which is not an IP address")
         return address
@@ -887,14 +511,16 @@ class ConnectionQuotas:
     def _protected_listener(self, name: str) -> bool:
         return name == self._inter_broker_listener and len(self._listeners) > 1
 
-    def _connection_slot_available(self, state: _Listener) -> bool:
+    def _connection_slot_available(self, state: ListenerConnectionQuota) -> bool:
         if state.count >= state.max_connections:
             return False
         if self._protected_listener(state.name):
             return True
         return self._total_count < self._max_connections
 
-    def _wait_decision(self, attempt: ConnectionAttempt, state: _Listener, now_ms: int) -> ConnectionDecision:
+    def _wait_decision(
+        self, attempt: ConnectionAttempt, state: ListenerConnectionQuota, now_ms: int
+    ) -> ConnectionDecision:
         remaining = attempt.throttle_end_ms - now_ms
         if remaining > 0:
             return ConnectionDecision(
@@ -929,63 +555,14 @@ class ConnectionQuotas:
             )
 
     # --- internals: rates ------------------------------------------------------------------------
-    def _rate_config(self, quota_limit: int) -> MetricConfig:
-        return MetricConfig(
-            samples=self.config.num_quota_samples,
-            time_window_ms=self.config.quota_window_ms,
-            quota=Quota.upper_bound(quota_limit),
-        )
-
-    def _rate_sensor(
-        self, sensor_name: str, metric_name: MetricName, quota_limit: int, now_ms: int, *, expiration_seconds: float
-    ) -> Sensor:
-        sensor = self.metrics.get_sensor(sensor_name)
-        if sensor is None:
-            sensor = self.metrics.sensor(
-                sensor_name,
-                self._rate_config(quota_limit),
-                now_ms=now_ms,
-                inactive_sensor_expiration_time_seconds=expiration_seconds,
-            )
-            sensor.add(metric_name, Rate())
-        return sensor
-
-    def _throttle_sensor(self, prefix: str, listener: str, now_ms: int) -> Sensor:
-        sensor = self.metrics.sensor(f"{prefix}ConnectionRateThrottleTime-{listener}", now_ms=now_ms)
-        sensor.add(
-            self.metrics.metric_name(
-                f"{prefix}connection-accept-throttle-time",
-                SOCKET_SERVER_METRICS_GROUP,
-                _THROTTLE_DESCRIPTION,
-                {LISTENER_METRIC_TAG: listener},
-            ),
-            Avg(),
-        )
-        return sensor
-
-    def _update_rate_quota(self, metric_name: MetricName, quota_limit: int) -> None:
-        metric = self.metrics.metric(metric_name)
-        if metric is not None:
-            metric.config = self._rate_config(quota_limit)
-
-    def _record_and_get_throttle_time(self, sensor: Sensor, now_ms: int) -> int:
-        try:
-            sensor.record(1.0, now_ms)
-        except QuotaViolationError as e:
-            if e.bound <= 0:
-                # a zero quota: Java's (v - 0) / 0 is +Infinity, Math.round gives Long.MAX_VALUE, then the cap
-                return self._max_throttle_ms
-            return bounded_throttle_time(e, self._max_throttle_ms, now_ms)
-        return 0
-
     def _record_connection_and_get_throttle_time(
-        self, state: _Listener, now_ms: int
+        self, state: ListenerConnectionQuota, now_ms: int
     ) -> tuple[int, ConnectionLimit | None]:
         """Kafka's ``recordConnectionAndGetThrottleTimeMs``: the longer of the broker and listener delays."""
         broker_ms = 0
         if not self._protected_listener(state.name):
-            broker_ms = self._record_and_get_throttle_time(self._broker_rate_sensor, now_ms)
-        listener_ms = self._record_and_get_throttle_time(state.rate_sensor, now_ms)
+            broker_ms = self._sensors.record_and_get_throttle_time(self._broker_rate_sensor, now_ms)
+        listener_ms = self._sensors.record_and_get_throttle_time(state.rate_sensor, now_ms)
         throttle_ms = max(broker_ms, listener_ms)
         if throttle_ms <= 0:
             return 0, None
@@ -995,22 +572,16 @@ class ConnectionQuotas:
         return throttle_ms, ConnectionLimit.LISTENER_CONNECTION_RATE
 
     def _record_ip_connection_and_get_throttle_time(
-        self, state: _Listener, address: Address, host: str, now_ms: int
+        self, state: ListenerConnectionQuota, address: Address, host: str, now_ms: int
     ) -> int:
         """Kafka's ``recordIpConnectionMaybeThrottle``: a throttled connection is un-recorded from the IP,
         listener and (unless the listener is protected) broker rates."""
         quota = self._connection_rate_for(address)
         if quota == IP_CONNECTION_RATE_DEFAULT:
             return 0
-        sensor_name = f"{CONNECTION_RATE_SENSOR_NAME}-{host}"
-        metric_name = self.metrics.metric_name(
-            CONNECTION_RATE_METRIC_NAME, SOCKET_SERVER_METRICS_GROUP, _RATE_DESCRIPTION, {IP_METRIC_TAG: host}
-        )
-        sensor = self._rate_sensor(
-            sensor_name, metric_name, quota, now_ms, expiration_seconds=IP_SENSOR_EXPIRATION_SECONDS
-        )
+        sensor, metric_name = self._sensors.ip_rate_sensor(host, quota, now_ms)
         self._ip_rate_metric_names[address] = metric_name
-        throttle_ms = self._record_and_get_throttle_time(sensor, now_ms)
+        throttle_ms = self._sensors.record_and_get_throttle_time(sensor, now_ms)
         if throttle_ms > 0:
             sensor.record(-1.0, now_ms, check_quotas=False)
             if not self._protected_listener(state.name):

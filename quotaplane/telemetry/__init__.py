@@ -20,6 +20,7 @@ Pure and clock-free like the quota core: every request handler takes ``now_ms``.
 from ._codecs import SUPPORTED_COMPRESSION_TYPES, CompressionType, compress, decompress
 from ._configs import (
     ALL_SUBSCRIBED_METRICS,
+    CONFIG_NAMES,
     INTERVAL_MS_CONFIG,
     INTERVAL_MS_DEFAULT,
     MATCH_CONFIG,
@@ -52,6 +53,7 @@ __all__ = [
     "ALL_SUBSCRIBED_METRICS",
     "ANONYMOUS_PRINCIPAL",
     "BROKER_RESOURCE_ATTRIBUTES",
+    "CONFIG_NAMES",
     "INTERVAL_MS_CONFIG",
     "INTERVAL_MS_DEFAULT",
     "MATCH_CONFIG",

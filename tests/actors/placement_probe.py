@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import ray
+
 from quotaplane.actors import start_controller, start_shard
 
 SHARD = "quotaplane_shard"

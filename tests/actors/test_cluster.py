@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import ray
-from quotaplane.actors import ImageSnapshot, OffsetOutOfRangeError, start_controller, start_shard
 
+from quotaplane.actors import ImageSnapshot, OffsetOutOfRangeError, start_controller, start_shard
 from quotaplane.config import (
     AlterConfigOp,
     ClientQuotaAlteration,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quotaplane.actors._connection_host import NODE_METRIC_TAG, ConnectionHost
 
+from quotaplane.actors._connection_host import NODE_METRIC_TAG, ConnectionHost
 from quotaplane.config import (
     AlterConfigOp,
     ClientQuotaAlteration,
@@ -341,6 +341,20 @@ def test_listener_names_are_kafka_normalised(cluster: Cluster) -> None:
     assert cluster.admit("CLIENT_2", "10.0.0.2", T0)[:3] == ("THROTTLE", 0, "listener.name.client_2.max.connections")
     assert cluster.host.quotas(0).listeners == ["CLIENT_2"]
     assert cluster.release("Client_2", "10.0.0.1", T0) == [True]
+
+
+def test_peer_addresses_follow_the_cores_rule(cluster: Cluster) -> None:
+    """The host checks items with the core's ``peer_address``: a mapped IPv6 peer is its IPv4 address (one
+    count, one attempt); a padded literal is a host name to Java, so the item is refused."""
+    cluster.set("max.connections.per.ip", "1")
+    assert cluster.admit(EXTERNAL, "::ffff:10.0.0.1", T0)[0] == "ADMIT"
+    assert cluster.admit(EXTERNAL, "10.0.0.1", T0)[:3] == ("REJECT", 0, "max.connections.per.ip")
+    assert cluster.count("::ffff:10.0.0.1") == 2
+    assert cluster.release(EXTERNAL, "10.0.0.1", T0, n=2) == [True, True]
+    with pytest.raises(ValueError, match=r"item 0: ip ' 10\.0\.0\.1' is not an IP address"):
+        cluster.admit(EXTERNAL, " 10.0.0.1", T0)
+    with pytest.raises(ValueError, match="item 0: a listener name cannot be an IP address"):
+        cluster.admit("10.0.0.1", "10.0.0.1", T0)
 
 
 # === items, attempts, housekeeping ===========================================================================

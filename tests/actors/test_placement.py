@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from quotaplane.actors import RendezvousPlacement, owner_of, shard_weight
 
 KEYS = [f"user-{i}/client-{i % 97}" for i in range(100_000)]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from quotaplane.actors import start_controller, start_shard
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
-from quotaplane.actors._telemetry_host import NO_NODE_ID, TelemetryHost, check_items
 
+from quotaplane.actors._telemetry_host import NO_NODE_ID, TelemetryHost, check_items
 from quotaplane.archive import ArchiveReader
 from quotaplane.config import (
     AlterConfigOp,

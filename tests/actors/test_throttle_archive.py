@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from quotaplane.actors._throttle_archive import THROTTLE_STREAM, ThrottleArchive
 
+from quotaplane.actors._throttle_archive import THROTTLE_STREAM, ThrottleArchive
 from quotaplane.archive import ArchiveReader
 
 T0 = 1_700_000_000_000

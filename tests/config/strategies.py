@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
-from quotaplane.v1 import config_events_pb2 as pb
 
 from quotaplane.config import ConfigResourceType
+from quotaplane.v1 import config_events_pb2 as pb
 
 USERS = st.sampled_from(["alice", "bob", None])
 CLIENTS = st.sampled_from(["app-1", "app-2", None])

@@ -9,7 +9,6 @@ from pathlib import Path
 import crc32c
 import pytest
 import zstandard
-from quotaplane.v1 import config_events_pb2 as pb
 
 from quotaplane.config._columns import decode_columns, encode_events, events_of
 from quotaplane.config._framing import (
@@ -35,6 +34,7 @@ from quotaplane.config._framing import (
     parse_frame_header,
     verify_payload,
 )
+from quotaplane.v1 import config_events_pb2 as pb
 
 T0 = 1_700_000_000_000
 HEAD = struct.Struct(">BBBBIqIqI")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from quotaplane.v1 import config_events_pb2 as pb
 
 from quotaplane.config import ConfigImage, ConfigStore, EventLog
 from quotaplane.config._columns import decode_columns, encode_events, events_of
 from quotaplane.config._image import CLIENT_METRICS, CONFIG, QUOTA
+from quotaplane.v1 import config_events_pb2 as pb
 
 from .strategies import event_logs
 

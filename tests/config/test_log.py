@@ -13,12 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from quotaplane.v1 import config_events_pb2 as pb
 
-from quotaplane.config import _log
-from quotaplane.config._columns import encode_events, events_of
-from quotaplane.config._framing import iter_frames
-from quotaplane.config._log import (
+from quotaplane.config import (
     CorruptLogError,
     EventLog,
     EventLogClosedError,
@@ -26,9 +22,10 @@ from quotaplane.config._log import (
     EventLogFailedError,
     EventLogLockedError,
     OffsetOutOfRangeError,
-    parse_segment_name,
-    segment_name,
+    _log,
 )
+from quotaplane.config.logformat import encode_events, events_of, iter_frames, parse_segment_name, segment_name
+from quotaplane.v1 import config_events_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000_000
@@ -274,7 +271,7 @@ def test_readers_run_beside_appenders(tmp_path: Path):
 LOCK_CHILD = textwrap.dedent(
     """
     import sys
-    from quotaplane.config._log import EventLog, EventLogLockedError
+    from quotaplane.config import EventLog, EventLogLockedError
     try:
         EventLog.open(sys.argv[1])
     except EventLogLockedError as exc:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import crc32c
 import pytest
-from quotaplane.v1 import config_events_pb2 as pb
 
-from quotaplane.config._framing import FRAME_HEADER_SIZE, FrameHeader, iter_frames
-from quotaplane.config._log import CorruptLogError, EventLog, segment_name
+from quotaplane.config import CorruptLogError, EventLog
+from quotaplane.config.logformat import FRAME_HEADER_SIZE, FrameHeader, iter_frames, segment_name
+from quotaplane.v1 import config_events_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000_000
@@ -287,7 +287,7 @@ def test_an_empty_segment_before_the_last_is_corruption(tmp_path: Path):
 CHILD = textwrap.dedent(
     """
     import hashlib, os, sys, threading
-    from quotaplane.config._log import EventLog
+    from quotaplane.config import EventLog
     from quotaplane.v1 import config_events_pb2 as pb
 
     directory, side, run, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from quotaplane.config import ConfigImage, decode_columns, encode_events
-from quotaplane.config._records import client_quota_event
+from quotaplane.config import ConfigImage, client_quota_event, decode_columns, encode_events
 
 
 def _event(i: int, request_id: str):

@@ -9,20 +9,23 @@ from pathlib import Path
 
 import crc32c
 import pytest
-from quotaplane.v1 import config_events_pb2 as pb
 
-from quotaplane.config._columns import encode_events
-from quotaplane.config._framing import FRAME_HEADER_SIZE, decode_message, encode_frame, iter_frames
-from quotaplane.config._log import EventLog, EventLogError
-from quotaplane.config._snapshot_file import (
+from quotaplane.config import EventLog, EventLogError
+from quotaplane.config.logformat import (
+    FRAME_HEADER_SIZE,
     SNAPSHOT_VERSION,
     CorruptSnapshotError,
+    decode_message,
+    encode_events,
+    encode_frame,
+    iter_frames,
     list_snapshots,
     read_snapshot,
     read_snapshot_batches,
     snapshot_name,
     write_snapshot,
 )
+from quotaplane.v1 import config_events_pb2 as pb
 
 T0 = 1_700_000_000_000
 

@@ -17,10 +17,10 @@ from quotaplane.config import (
     ConfigResource,
     ConfigResourceType,
     ConfigStore,
+    EventLogLockedError,
     HistoryCompactedError,
     OpType,
 )
-from quotaplane.config._log import EventLogLockedError
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 MINUTE = 60_000

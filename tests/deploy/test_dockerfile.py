@@ -84,7 +84,7 @@ def test_the_copied_context_builds_the_wheel_with_the_cli(tmp_path: Path) -> Non
         names = set(archive.namelist())
         [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         assert "quotaplane = quotaplane.services.cli:main" in archive.read(entry_points).decode()
-    for module in ("quotaplane/services/cli.py", "quotaplane/actors/shard.py", "quotaplane/spark/eventlog.py"):
+    for module in ("quotaplane/services/cli/__init__.py", "quotaplane/actors/shard.py", "quotaplane/spark/eventlog.py"):
         assert module in names, module
     for stub in ("quota_pb2.py", "quota_pb2_grpc.py", "admin_pb2.py", "telemetry_pb2_grpc.py"):
         assert f"quotaplane/v1/{stub}" in names, stub

@@ -75,9 +75,36 @@ def pod_specs(docs: list[dict]) -> list[dict]:
     return specs
 
 
+# The frontends in proxy mode in front of a three-broker cluster, behind a NodePort Service and a NetworkPolicy.
+PROXY_VALUES = {
+    "frontend": {
+        "enabled": True,
+        "advertisedHost": "kafka.example.com",
+        "service": {"type": "NodePort"},
+        "proxy": {
+            "enabled": True,
+            "upstreamBootstrap": "kafka-0.kafka:9092,kafka-1.kafka:9092",
+            "brokerPortBase": 31000,
+            "brokerNodeIds": [1, 2, 5],
+            "failClosed": True,
+        },
+    },
+    "networkPolicy": {"enabled": True},
+}
+
+
+def with_proxy(**proxy) -> dict:
+    """PROXY_VALUES with ``frontend.proxy`` keys replaced (None: removed)."""
+    values = json.loads(json.dumps(PROXY_VALUES))
+    values["frontend"]["proxy"].update(proxy)
+    values["frontend"]["proxy"] = {k: v for k, v in values["frontend"]["proxy"].items() if v is not None}
+    return values
+
+
 RENDERINGS = {
     "helm-default": lambda: render(),
     "helm-production": lambda: render(production_values()),
+    "helm-proxy": lambda: render(PROXY_VALUES),
     "kustomize-base": lambda: kustomize(K8S / "base"),
     "kustomize-production": lambda: kustomize(K8S / "overlays" / "production"),
 }
@@ -88,11 +115,10 @@ def rendered(request) -> list[dict]:
     return RENDERINGS[request.param]()
 
 
-@pytest.mark.parametrize("values", [None, "production"])
+@pytest.mark.parametrize("values", [None, "production", "proxy"])
 def test_lint_strict_is_clean(values):
-    report = helm.lint(
-        CHART, production_values() if values else None, strict=True, kube_version=f"v{KUBERNETES_VERSION}"
-    )
+    chosen = {None: None, "production": production_values(), "proxy": PROXY_VALUES}[values]
+    report = helm.lint(CHART, chosen, strict=True, kube_version=f"v{KUBERNETES_VERSION}")
     assert report["errors"] == [] and report["messages"] == [], report
 
 
@@ -283,6 +309,14 @@ def test_k8s_base_is_the_chart_rendered():
         ({"frontend": {"enabled": True, "advertisedHost": ""}}, "/frontend/advertisedHost"),
         ({"persistence": {"enabled": True, "storageClass": ""}}, "/persistence/storageClass"),
         ({"metrics": {"prometheus": {"scrapeInterval": "15"}}}, "/metrics/prometheus/scrapeInterval"),
+        (with_proxy(upstreamBootstrap=None), "/frontend/proxy/upstreamBootstrap"),
+        (with_proxy(upstreamBootstrap=""), "/frontend/proxy/upstreamBootstrap"),
+        (with_proxy(upstreamBootstrap="kafka-0.kafka"), "/frontend/proxy/upstreamBootstrap"),
+        (with_proxy(brokerNodeIds=[]), "/frontend/proxy/brokerNodeIds"),
+        (with_proxy(brokerNodeIds=[1, 1]), "/frontend/proxy/brokerNodeIds"),
+        (with_proxy(brokerNodeIds=[-1]), "/frontend/proxy/brokerNodeIds/0"),
+        (with_proxy(brokerPortBase=70000), "/frontend/proxy/brokerPortBase"),
+        (with_proxy(failClosed="yes"), "/frontend/proxy/failClosed"),
     ],
 )
 def test_values_that_cannot_work_are_rejected_naming_the_value(values, named):
@@ -324,3 +358,92 @@ def test_persistence_off_renders_without_claim_or_jobs():
     assert not by_kind(docs, "PersistentVolumeClaim") and not by_kind(docs, "CronJob")
     head = one(docs, "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]
     assert {"name": "data", "emptyDir": {}} in head["volumes"]
+
+
+def frontend_up(docs: list[dict]) -> dict:
+    [up] = one(docs, "Deployment", "-frontend")["spec"]["template"]["spec"]["containers"]
+    return up
+
+
+def test_proxy_mode_exposes_every_listed_broker_on_base_plus_id():
+    docs = render(PROXY_VALUES)
+    up = frontend_up(docs)
+    args = up["args"]
+    assert "--upstream-bootstrap=kafka-0.kafka:9092,kafka-1.kafka:9092" in args
+    assert "--upstream-broker-port-base=31000" in args
+    assert "--upstream-max-brokers=6" in args  # ids above the highest listed are left out, not advertised
+    assert "--upstream-fail-closed" in args
+    # the bootstrap port and the advertised host stay the frontend's own
+    assert "--frontend-port=9092" in args and advertised_host(docs) == "kafka.example.com"
+    brokers = {"broker-1": 31001, "broker-2": 31002, "broker-5": 31005}
+    ports = {p["name"]: p["containerPort"] for p in up["ports"]}
+    assert ports == {"admin": 9093, "gateway": 9094, "kafka": 9092, **brokers}
+    service = one(docs, "Service", "-kafka")
+    exposed = {p["name"]: p for p in service["spec"]["ports"]}
+    assert exposed.keys() == {"kafka", *brokers}
+    for name, port in brokers.items():
+        # clients are told <advertised host>:<base + id>: a NodePort Service must expose that very port
+        assert exposed[name] == {"name": name, "port": port, "targetPort": name, "nodePort": port}
+    policy = one(docs, "NetworkPolicy", "-grpc")
+    [clients] = [rule for rule in policy["spec"]["ingress"] if "from" not in rule]  # from anywhere
+    assert {p["port"] for p in clients["ports"]} == {9092, *brokers.values()}
+    notes = helm.Chart.load(CHART).render(PROXY_VALUES, name="quotaplane")["quotaplane/templates/NOTES.txt"]
+    assert "31005 (broker 5)" in notes and "Every frontend replica serves every broker port" in notes
+
+
+def test_proxy_mode_on_a_load_balancer_passes_what_it_is_given():
+    values = with_proxy(brokerPortBase=None, brokerNodeIds=[0, 1, 2], failClosed=None)
+    values["frontend"]["service"] = {"type": "LoadBalancer"}
+    docs = render(values)
+    args = frontend_up(docs)["args"]
+    assert "--upstream-broker-port-base=19092" in args and "--upstream-max-brokers=3" in args
+    assert "--upstream-fail-closed" not in args
+    ports = one(docs, "Service", "-kafka")["spec"]["ports"]
+    assert [(p["name"], p["port"], "nodePort" in p) for p in ports[1:]] == [
+        ("broker-0", 19092, False),
+        ("broker-1", 19093, False),
+        ("broker-2", 19094, False),
+    ]
+    for doc in docs:
+        if doc["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_proxy_mode_is_off_by_default():
+    for docs in (render(), render({"frontend": {"enabled": True, "advertisedHost": "k"}}), render(production_values())):
+        assert "upstream" not in yaml.safe_dump(docs) and "broker-" not in yaml.safe_dump(docs)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (with_proxy(brokerPortBase=65535), "broker 1's port 65536 (brokerPortBase + id) is past 65535"),
+        (
+            with_proxy(brokerPortBase=9092, brokerNodeIds=[2]),
+            "broker 2's port 9094 (brokerPortBase + id) is ports.gateway's",
+        ),
+        (with_proxy(brokerPortBase=19092), "broker 1's port 19093 (brokerPortBase + id) is outside 30000-32767"),
+    ],
+)
+def test_broker_ports_that_cannot_work_fail_the_render(values, message):
+    with pytest.raises(helm.HelmError, match=re.escape(f"frontend.proxy: {message}")):
+        render(values)
+
+
+@pytest.mark.parametrize(
+    ("proxy", "message"),
+    [
+        (
+            {"upstreamBootstrap": None},
+            "frontend.proxy.upstreamBootstrap is required with frontend.proxy.enabled: HOST:PORT[,HOST:PORT...]",
+        ),
+        ({"brokerNodeIds": []}, "frontend.proxy.brokerNodeIds is required with frontend.proxy.enabled"),
+    ],
+)
+def test_proxy_without_upstream_fails_even_without_the_schema(tmp_path, proxy, message):
+    # as `helm template --skip-schema-validation` would: the template's own check names what is missing
+    chart = tmp_path / "quotaplane"
+    shutil.copytree(CHART, chart)
+    (chart / "values.schema.json").unlink()
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        helm.Chart.load(chart).render(with_proxy(**proxy), name="quotaplane")

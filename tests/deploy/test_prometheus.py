@@ -19,9 +19,9 @@ from pathlib import Path
 import grpc
 import helm_python as helm
 import yaml
+
 from quotaplane.v1 import quota_pb2 as quota_pb
 from quotaplane.v1 import quota_pb2_grpc
-
 from tests.prometheus_server import PrometheusServer, promtool, wait_for
 from tests.services.test_up import Up, ok
 from tests.support import free_port

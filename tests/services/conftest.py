@@ -14,13 +14,13 @@ from pathlib import Path
 import grpc
 import pytest
 import ray
+
+from quotaplane.config import ConfigStore
+from quotaplane.quota import DEFAULT
 from quotaplane.services.admin import serve
 from quotaplane.services.launcher import Cluster, launch
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
-
-from quotaplane.config import ConfigStore
-from quotaplane.quota import DEFAULT
 
 _SCRIPT = Path(sys.executable).parent / "quotaplane"
 #: the installed console script (or the module, when the venv has no script)

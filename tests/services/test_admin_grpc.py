@@ -6,12 +6,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from quotaplane.errors import Errors
 from quotaplane.services.admin import KAFKA_ERROR_CODE_TRAILER, PRINCIPAL_METADATA, SERVICE_NAME, serve
 from quotaplane.v1 import admin_pb2 as pb
 from quotaplane.v1 import admin_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
-
-from quotaplane.errors import Errors
 
 from .conftest import T0_MS
 

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from quotaplane.services.cli import main
 
 

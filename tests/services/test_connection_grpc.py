@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+
 from quotaplane.services.launcher import Cluster
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, connection_pb2_grpc

@@ -18,13 +18,13 @@ import grpc
 import pytest
 import ray
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 from quotaplane.services.gateway import GatewayConfig, serve_gateway
 from quotaplane.services.launcher import Cluster
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import quota_pb2 as pb
 from quotaplane.v1 import quota_pb2_grpc
-
-from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 
 from .conftest import entity, launched, wait_propagated
 

@@ -17,6 +17,8 @@ import grpc
 import pytest
 import ray
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from quotaplane.quota import DEFAULT, ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 from quotaplane.services.gateway import (
     QUOTA_SERVICE_NAME,
     RETRY_AFTER_TRAILER,
@@ -27,8 +29,6 @@ from quotaplane.services.launcher import launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
-
-from quotaplane.quota import DEFAULT, ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 
 from .conftest import entity, wait_propagated
 

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from quotaplane.services.launcher import Cluster
-from quotaplane.v1 import admin_pb2 as admin_pb
-from quotaplane.v1 import quota_pb2 as pb
 
 from quotaplane.quota import (
     ClientQuotaEntity,
@@ -24,6 +21,9 @@ from quotaplane.quota import (
     ReplicationQuotaManagerConfig,
     ThrottlingQuotaExceededError,
 )
+from quotaplane.services.launcher import Cluster
+from quotaplane.v1 import admin_pb2 as admin_pb
+from quotaplane.v1 import quota_pb2 as pb
 
 from .conftest import entity, wait_propagated
 
@@ -242,8 +242,8 @@ def test_bad_requests_are_invalid_argument_and_the_gateway_keeps_serving(quota, 
 
 def test_every_nonzero_throttle_is_archived_for_the_throttle_report(cluster, admin, quota):
     import ray
-    from quotaplane.actors._throttle_archive import THROTTLE_STREAM
 
+    from quotaplane.actors._throttle_archive import THROTTLE_STREAM
     from quotaplane.archive import ArchiveReader
 
     alter_quota(admin, cluster, "archived-user", None, "producer_byte_rate", 500.0)

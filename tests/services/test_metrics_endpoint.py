@@ -17,14 +17,6 @@ from typing import Any
 import pytest
 import ray
 from prometheus_client.parser import text_string_to_metric_families
-from quotaplane.services.launcher import Cluster, launch
-from quotaplane.services.metrics import (
-    MetricsEndpoint,
-    label_name,
-    prometheus_name,
-    start_metrics_endpoint,
-    stop_metrics_endpoint,
-)
 
 from quotaplane.config import (
     AlterConfigOp,
@@ -33,6 +25,14 @@ from quotaplane.config import (
     ConfigResourceType,
     ConfigStore,
     OpType,
+)
+from quotaplane.services.launcher import Cluster, launch
+from quotaplane.services.metrics import (
+    MetricsEndpoint,
+    label_name,
+    prometheus_name,
+    start_metrics_endpoint,
+    stop_metrics_endpoint,
 )
 
 ALICE_QUOTA = 5_200.0

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import ray
-from quotaplane.services.cli import _parser
-from quotaplane.services.launcher import LaunchError, launch, parse_resource_flags
 
+from quotaplane.services.cli import build_parser as _parser
+from quotaplane.services.launcher import LaunchError, launch, parse_resource_flags
 from tests.support import environment
 
 from .conftest import COMMAND

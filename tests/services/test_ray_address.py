@@ -23,10 +23,10 @@ from pathlib import Path
 import grpc
 import pytest
 import ray
+
 from quotaplane.services.launcher import launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc
-
 from tests.support import environment, free_port
 
 from .conftest import entity

@@ -27,6 +27,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from quotaplane.config import ClientQuotaFilterComponent, ConfigStore, MatchType
 from quotaplane.services._security import (
     ClientSecurity,
     ServerSecurity,
@@ -40,8 +42,6 @@ from quotaplane.v1 import admin_pb2 as pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
 from quotaplane.v1 import quota_pb2 as quota_pb
-
-from quotaplane.config import ClientQuotaFilterComponent, ConfigStore, MatchType
 
 from .conftest import COMMAND, FakeClock
 

@@ -28,21 +28,26 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
+
 from quotaplane.actors import RendezvousPlacement
 from quotaplane.actors._telemetry_host import TelemetryHost
-from quotaplane.services.gateway import GatewayConfig, InvalidArgument
-from quotaplane.services.telemetry_service import TELEMETRY_KIND, TELEMETRY_SERVICE_NAME, add_telemetry_service
-from quotaplane.v1 import admin_pb2 as admin_pb
-from quotaplane.v1 import admin_pb2_grpc, telemetry_pb2_grpc
-from quotaplane.v1 import telemetry_pb2 as pb
-
 from quotaplane.archive import ArchiveReader, iter_segments, parse_segment_name
 from quotaplane.config import ConfigStore, ManagerBinding, startup_configs
 from quotaplane.errors import Errors
 from quotaplane.exporters.archive import TELEMETRY_STREAM
 from quotaplane.kafka_uuid import ONE_UUID, RESERVED, ZERO_UUID, Uuid
 from quotaplane.metrics import Metrics
+from quotaplane.services.gateway import (
+    TELEMETRY_KIND,
+    TELEMETRY_SERVICE_NAME,
+    GatewayConfig,
+    InvalidArgument,
+    add_telemetry_service,
+)
 from quotaplane.telemetry import SUPPORTED_COMPRESSION_TYPES, CompressionType, compress, compute_subscription_id
+from quotaplane.v1 import admin_pb2 as admin_pb
+from quotaplane.v1 import admin_pb2_grpc, telemetry_pb2_grpc
+from quotaplane.v1 import telemetry_pb2 as pb
 
 PREFIX = "org.apache.kafka.producer."
 INTERVAL_MS = 30_000

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+
+from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 from quotaplane.services.launcher import ray_temp_dir_for
 from quotaplane.v1 import quota_pb2 as quota_pb
 from quotaplane.v1 import quota_pb2_grpc
-
-from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 from tests.support import free_port
 
 from .conftest import COMMAND
@@ -265,7 +265,7 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
 
 def _kafka_api_versions_answer(port: int) -> int:
     """The error code of an ApiVersions v3 request to the Kafka frontend on ``port``."""
-    from quotaplane.services.frontend import ApiVersionsRequest, decode_response, encode_request
+    from quotaplane.protocol import ApiVersionsRequest, decode_response, encode_request
 
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(encode_request(18, 3, 1, ApiVersionsRequest("qp-test-up", "1.0")))

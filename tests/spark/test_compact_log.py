@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-from quotaplane.spark import JobInputError, compact_log
 
 from quotaplane.config import (
     AlterConfigOp,
@@ -16,10 +15,11 @@ from quotaplane.config import (
     ConfigResource,
     ConfigResourceType,
     ConfigStore,
+    EventLog,
     OpType,
 )
-from quotaplane.config._log import EventLog
-from quotaplane.config._snapshot_file import list_snapshots, read_snapshot_batches
+from quotaplane.config.logformat import list_snapshots, read_snapshot_batches
+from quotaplane.spark import JobInputError, compact_log
 
 T0 = 1_700_000_000_000
 KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
@@ -124,7 +124,7 @@ def test_snapshot_bytes_equal_configstores_own(spark, log_dir: Path, tmp_path: P
     ours = result.snapshot.read_bytes()
     own_dir = tmp_path / "own"
     own_dir.mkdir()
-    from quotaplane.config._snapshot_file import write_snapshot
+    from quotaplane.config.logformat import write_snapshot
 
     image = _image_at(log_dir, offset)
     theirs = write_snapshot(own_dir, image.snapshot_header(), image.snapshot_events(), fsync=False).read_bytes()

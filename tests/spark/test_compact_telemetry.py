@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
-from quotaplane.spark import JobInputError, compact_telemetry, throttle_report
 
 from quotaplane.archive import ArchiveRecord, ArchiveWriter
 from quotaplane.exporters.archive import telemetry_record
+from quotaplane.spark import JobInputError, compact_telemetry, throttle_report
 from quotaplane.telemetry._exporter import ClientTelemetryContext, ClientTelemetryPayload
 
 T0 = 1_700_002_800_000  # 2023-11-14 23:00 UTC: the pushes cross into the next day's hour 00

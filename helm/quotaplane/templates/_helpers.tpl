@@ -64,6 +64,48 @@ shards, data dir, ports, placement (the custom resources raycluster.yaml gives t
 {{- toJson $flags -}}
 {{- end -}}
 
+{{/*
+The frontends' proxy-mode flags (frontend.proxy), as a JSON list (empty: proxy mode off). Upstream broker n is
+served, and advertised to clients, on brokerPortBase + n; only the brokerNodeIds get a container and Service port,
+so --upstream-max-brokers is the highest of them + 1 (a broker above it is logged by the proxy and left out of
+what clients see, rather than advertised on a port nothing exposes). Fails the render, naming the value, on a
+setting that cannot work: no upstream, no node ids, a broker port past 65535, one taken by another port of the
+frontend, or (NodePort Service) outside the node-port range, since clients are told that very port.
+*/}}
+{{- define "quotaplane.proxyFlags" -}}
+{{- $ := . -}}
+{{- $p := $.Values.frontend.proxy -}}
+{{- $flags := list -}}
+{{- if $p.enabled }}
+{{- $bootstrap := required "frontend.proxy.upstreamBootstrap is required with frontend.proxy.enabled: HOST:PORT[,HOST:PORT...] of the upstream Kafka cluster's brokers" $p.upstreamBootstrap -}}
+{{- if not $p.brokerNodeIds }}
+{{- fail "frontend.proxy.brokerNodeIds is required with frontend.proxy.enabled: the upstream's broker node ids, each served on frontend.proxy.brokerPortBase + id" -}}
+{{- end }}
+{{- $taken := dict (toString (int $.Values.ports.admin)) "ports.admin" (toString (int $.Values.ports.gateway)) "ports.gateway" (toString (int $.Values.ports.kafka)) "ports.kafka" (toString (int $.Values.frontend.advertisedPort)) "frontend.advertisedPort" -}}
+{{- $maxBrokers := 0 -}}
+{{- range $id := $p.brokerNodeIds }}
+{{- $port := int (add $p.brokerPortBase $id) -}}
+{{- if gt $port 65535 }}
+{{- fail (printf "frontend.proxy: broker %d's port %d (brokerPortBase + id) is past 65535" (int $id) $port) -}}
+{{- end }}
+{{- with get $taken (toString $port) }}
+{{- fail (printf "frontend.proxy: broker %d's port %d (brokerPortBase + id) is %s's" (int $id) $port .) -}}
+{{- end }}
+{{- if and (eq $.Values.frontend.service.type "NodePort") (or (lt $port 30000) (gt $port 32767)) }}
+{{- fail (printf "frontend.proxy: broker %d's port %d (brokerPortBase + id) is outside 30000-32767: a NodePort Service exposes each broker on that very port (clients are told it), so set brokerPortBase in the node-port range" (int $id) $port) -}}
+{{- end }}
+{{- if ge (int $id) $maxBrokers }}
+{{- $maxBrokers = add1 (int $id) -}}
+{{- end }}
+{{- end }}
+{{- $flags = list (printf "--upstream-bootstrap=%s" $bootstrap) (printf "--upstream-broker-port-base=%d" (int $p.brokerPortBase)) (printf "--upstream-max-brokers=%d" (int $maxBrokers)) -}}
+{{- if $p.failClosed }}
+{{- $flags = append $flags "--upstream-fail-closed" -}}
+{{- end }}
+{{- end }}
+{{- toJson $flags -}}
+{{- end -}}
+
 {{/* env, mounts and volume of the operator tokens (operatorTokens.existingSecret) */}}
 
 {{- define "quotaplane.operatorTokenEnv" -}}
@@ -207,6 +249,11 @@ spec:
         - {name: gateway, containerPort: {{ $.Values.ports.gateway }}}
         {{- if eq $component "frontend" }}
         - {name: kafka, containerPort: {{ $.Values.ports.kafka }}}
+        {{- if $.Values.frontend.proxy.enabled }}
+        {{- range $.Values.frontend.proxy.brokerNodeIds }}
+        - {name: {{ printf "broker-%d" (int .) }}, containerPort: {{ add $.Values.frontend.proxy.brokerPortBase . }}}
+        {{- end }}
+        {{- end }}
         {{- end }}
       securityContext:
         {{- toYaml $.Values.securityContext | nindent 8 }}

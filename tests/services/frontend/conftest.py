@@ -16,12 +16,12 @@ from typing import Any
 
 import grpc
 import pytest
-from quotaplane.services.frontend import decode_response, encode_request
-from quotaplane.v1 import admin_pb2 as admin_pb
-from quotaplane.v1 import admin_pb2_grpc
 
 from quotaplane.archive import ArchiveReader, iter_segments
 from quotaplane.exporters.archive import TELEMETRY_STREAM
+from quotaplane.protocol import decode_response, encode_request
+from quotaplane.v1 import admin_pb2 as admin_pb
+from quotaplane.v1 import admin_pb2_grpc
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from quotaplane.services.frontend._batcher import Batcher
 from quotaplane.services.frontend._sasl import PlainCredentials, SaslError, parse_plain_token
 

@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import confluent_kafka
-from quotaplane.services.frontend import (
+
+from quotaplane.kafka_uuid import Uuid
+from quotaplane.protocol import (
     ApiVersionsResponse,
     GetTelemetrySubscriptionsResponse,
     MetadataResponse,
@@ -31,8 +33,6 @@ from quotaplane.services.frontend import (
     encode_response,
     supported_versions,
 )
-
-from quotaplane.kafka_uuid import Uuid
 
 INSTANCE = Uuid(bytes(range(1, 17)))
 

@@ -16,12 +16,12 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from quotaplane.services.frontend import ApiVersionsRequest, MetadataRequest
+
+from quotaplane.protocol import ApiVersionsRequest, MetadataRequest
 from quotaplane.services.frontend.server import FrontendServer, serve_frontend
+from tests.protocol.strategies import MUTATIONS, mutate, request_frames
 
 from .conftest import Running, WireClient
-from .strategies import request_frames
-from .test_fuzz import _MUTATIONS, _mutate
 
 _SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -59,7 +59,7 @@ def _framed(body: bytes) -> bytes:
         st.binary(max_size=300).map(_framed),  # random frames, correctly sized
         st.binary(max_size=64),  # random bytes, no framing at all
         request_frames().map(_framed),  # valid requests of any API and version
-        st.tuples(request_frames(), st.lists(_MUTATIONS, min_size=1, max_size=4)).map(lambda fm: _framed(_mutate(*fm))),
+        st.tuples(request_frames(), st.lists(MUTATIONS, min_size=1, max_size=4)).map(lambda fm: _framed(mutate(*fm))),
     ),
 )
 def test_random_and_mutated_frames_never_escape_the_connection_handler(fuzzed: FrontendServer, data: bytes) -> None:

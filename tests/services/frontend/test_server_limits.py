@@ -11,7 +11,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from quotaplane.services.frontend import (
+
+from quotaplane.protocol import (
     ApiVersionsRequest,
     DescribeClientQuotasRequest,
     DescribeConfigsRequest,
@@ -22,7 +23,7 @@ from quotaplane.services.frontend import (
     SaslHandshakeRequest,
     encode_request,
 )
-from quotaplane.services.frontend._sasl import PlainCredentials
+from quotaplane.services.frontend import PlainCredentials
 from quotaplane.services.frontend.server import FrontendServer, serve_frontend
 
 from .conftest import Running, WireClient, wait_until

@@ -21,13 +21,13 @@ from typing import Any
 import confluent_kafka
 import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
-from quotaplane.services.frontend import (
+
+from quotaplane.kafka_uuid import ZERO_UUID
+from quotaplane.protocol import (
     ApiVersionsRequest,
     GetTelemetrySubscriptionsRequest,
     PushTelemetryRequest,
 )
-
-from quotaplane.kafka_uuid import ZERO_UUID
 
 from .conftest import Running, WireClient, wait_until
 

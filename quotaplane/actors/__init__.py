@@ -1,0 +1,34 @@
+"""Ray actors of quotaplane (``quotaplane.actors``): the ConfigController, the single writer of the config
+event log, and the ShardActors that host the core managers for their slice of entities.
+
+The actors are thin: every semantic lives in the pure core (``quotaplane.quota``, ``quotaplane.config``);
+this package adds processes, placement and the config stream between them.
+"""
+
+from ._follower import ConfigFollower, ray_get
+from ._placement import RendezvousPlacement, owner_of, shard_weight
+from ._resources import check_resources
+from .controller import (
+    DEFAULT_CONTROLLER_NAME,
+    ConfigController,
+    ImageSnapshot,
+    OffsetOutOfRangeError,
+    start_controller,
+)
+from .shard import ShardActor, start_shard
+
+__all__ = [
+    "DEFAULT_CONTROLLER_NAME",
+    "ConfigController",
+    "ConfigFollower",
+    "ImageSnapshot",
+    "OffsetOutOfRangeError",
+    "RendezvousPlacement",
+    "ShardActor",
+    "check_resources",
+    "owner_of",
+    "ray_get",
+    "shard_weight",
+    "start_controller",
+    "start_shard",
+]

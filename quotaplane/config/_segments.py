@@ -1,0 +1,245 @@
+"""The event log's segment files: their names, the index of their verified frames, and recovery at open.
+
+A segment ``%020d.log`` is named by the base offset of its first frame (Kafka's segment names), so a
+directory listing sorts as the log does. Recovery is kept apart from ``EventLog`` because it is the
+one place that decides what a crash may leave on disk and what is corruption: at every open, each
+frame of each segment is verified (header CRC, payload CRC, dense offsets across frames and
+segments) without decompressing. A torn tail of the last segment, the trace of a write no caller was
+acknowledged for, is copied to ``<segment>.torn-<position>`` and cut off (a read-only open just stops
+there); any other damage raises ``CorruptLogError`` naming the file, the byte position and the
+offset. ``docs/eventlog-format.md`` states the same rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quotaplane.durable import fsync_directory
+
+from ._framing import (
+    FRAME_HEADER_SIZE,
+    FrameError,
+    FrameFormatError,
+    FrameHeaderCrcError,
+    FramePayloadCrcError,
+    FrameTruncatedError,
+    header_crc_matches,
+    parse_frame,
+    parse_frame_header,
+)
+from ._log_errors import CorruptLogError
+
+__all__ = [
+    "SEGMENT_SUFFIX",
+    "Recovered",
+    "Segment",
+    "SegmentView",
+    "list_segments",
+    "parse_segment_name",
+    "recover",
+    "segment_name",
+    "write_all",
+]
+
+_log = logging.getLogger("quotaplane.config")
+
+SEGMENT_SUFFIX = ".log"
+_SEGMENT_RE = re.compile(r"(\d{20})\.log")
+
+
+# --- names ---------------------------------------------------------------------------------------------
+def segment_name(base_offset: int) -> str:
+    """``%020d.log``: names sort as offsets do (Kafka's segment names)."""
+    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset of a segment file name, or None for any other file (``.lock``, torn copies, snapshots)."""
+    m = _SEGMENT_RE.fullmatch(name)
+    return int(m[1]) if m else None
+
+
+def list_segments(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """``(base offset, path)`` of every segment file in ``directory``, by offset, from names only."""
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            base = parse_segment_name(entry.name)
+            if base is not None and entry.is_file():
+                found.append((base, Path(entry.path)))
+    found.sort()
+    return found
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may be short)."""
+    with memoryview(data) as view:
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+# --- the in-memory index -------------------------------------------------------------------------------
+@dataclass(slots=True, eq=False)
+class Segment:
+    """One segment's verified frames: parallel arrays, 24 bytes a frame (a 1M-frame log indexes in 24 MB)."""
+
+    path: Path
+    base_offset: int
+    end_offset: int  # the next offset after its last frame (= base_offset when empty)
+    size: int = 0  # bytes of verified frames
+    bases: array = field(default_factory=lambda: array("q"))
+    positions: array = field(default_factory=lambda: array("q"))
+    max_times: array = field(default_factory=lambda: array("q"))  # the log's running maximum, per frame
+
+    def add(self, base: int, position: int, max_time: int, next_offset: int, end: int) -> None:
+        self.bases.append(base)
+        self.positions.append(position)
+        self.max_times.append(max_time)
+        self.end_offset = next_offset
+        self.size = end
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    """A segment as a reader saw it when it started: the frame count and size then (the arrays only grow)."""
+
+    segment: Segment
+    frames: int
+    size: int
+
+
+# --- recovery ------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What recovery found: the verified segments, the log end offset and the running max commit time."""
+
+    segments: list[Segment]
+    end_offset: int
+    max_commit_time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _TornTail:
+    position: int
+    reason: str
+
+
+def recover(directory: Path, *, read_only: bool, fsync: bool) -> Recovered:
+    """Index every segment of ``directory``, verifying each frame; cut (or, read-only, stop at) a torn tail."""
+    found = list_segments(directory)
+    segments: list[Segment] = []
+    max_time = 0
+    expected: int | None = None
+    for i, (base, path) in enumerate(found):
+        is_last = i == len(found) - 1
+        if expected is not None and base != expected:
+            raise CorruptLogError(
+                str(path), 0, f"offset gap: the previous segment ends at offset {expected}", offset=base
+            )
+        if not is_last and path.stat().st_size == 0:
+            raise CorruptLogError(str(path), 0, "empty segment before the last one", offset=base)
+        segment, max_time = _scan_segment(path, base, is_last, max_time, read_only=read_only, fsync=fsync)
+        segments.append(segment)
+        expected = segment.end_offset
+    return Recovered(segments, segments[-1].end_offset if segments else 0, max_time)
+
+
+def _scan_segment(
+    path: Path, base: int, is_last: bool, max_time: int, *, read_only: bool, fsync: bool
+) -> tuple[Segment, int]:
+    """The verified index of one segment and the running max commit time after it."""
+    data = path.read_bytes()
+    segment = Segment(path, base, base)
+    position = 0
+    next_offset = base
+    while position < len(data):
+        try:
+            header = parse_frame(data, position)
+        except FrameError as exc:
+            torn = _torn_tail_reason(data, position, exc) if is_last else None
+            if torn is None:
+                where = "" if is_last else " (not the last segment, so not a torn write)"
+                raise CorruptLogError(str(path), position, exc.reason + where, offset=next_offset) from None
+            if not read_only:
+                _cut_torn_tail(path, data, _TornTail(position, torn), fsync=fsync)
+            return segment, max_time
+        if header.base_offset != next_offset:
+            what = "the segment's name says" if position == 0 else "the previous frame ends at"
+            raise CorruptLogError(
+                str(path),
+                position,
+                f"frame base offset {header.base_offset}, but {what} {next_offset}",
+                offset=next_offset,
+            )
+        max_time = max(max_time, header.max_commit_time_ms)
+        segment.add(header.base_offset, position, max_time, header.next_offset, header.end)
+        next_offset = header.next_offset
+        position = header.end
+    return segment, max_time
+
+
+def _cut_torn_tail(path: Path, data: bytes, tail: _TornTail, *, fsync: bool) -> None:
+    """Copy the torn bytes beside the segment (fsynced), then truncate the segment (fsynced)."""
+    cut = data[tail.position :]
+    copy = path.with_name(f"{path.name}.torn-{tail.position}")
+    n = 0
+    while copy.exists():  # an earlier crash cut at the same place: keep that copy too
+        n += 1
+        copy = path.with_name(f"{path.name}.torn-{tail.position}.{n}")
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, cut)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if fsync:
+        fsync_directory(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, tail.position)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    _log.warning(
+        "%s: torn tail of %d bytes at byte %d cut off (%s); the bytes are kept in %s",
+        path,
+        len(cut),
+        tail.position,
+        tail.reason,
+        copy.name,
+    )
+
+
+def _torn_tail_reason(data: bytes, position: int, exc: FrameError) -> str | None:
+    """Why the bad frame at ``position`` of the LAST segment is a torn tail, or None if it is corruption.
+
+    A torn tail is what an interrupted write can leave: a prefix of the frame (header or payload cut
+    by the end of the file), a header not (fully) written whose following bytes read as zeros (file
+    systems may extend a file before its data reaches the disk, at block granularity), or a complete
+    last frame whose payload was not fully written. Anything followed by non-zero bytes it does not
+    explain is corruption: the writer never writes after a frame it did not fsync.
+    """
+    if isinstance(exc, FrameTruncatedError):
+        return exc.reason
+    if isinstance(exc, FrameHeaderCrcError | FrameFormatError):
+        if header_crc_matches(data, position):
+            return None  # an intact header with fields we refuse: another format, never a torn write
+        after_header = position + FRAME_HEADER_SIZE
+        if _all_zero(data, after_header):
+            what = "every remaining byte is zero" if _all_zero(data, position) else "zeros follow the damaged header"
+            return f"{exc.reason}; {what}"
+        return None
+    if isinstance(exc, FramePayloadCrcError) and parse_frame_header(data, position).end == len(data):
+        return f"{exc.reason} in a last frame that ends at the end of the file"
+    return None
+
+
+def _all_zero(data: bytes, start: int) -> bool:
+    return start >= len(data) or data.count(0, start) == len(data) - start

@@ -1,0 +1,26 @@
+"""What POSIX durability needs beyond fsyncing a file: fsyncing the directory that names it.
+
+A new file, a rename or a deletion is an entry of its directory; fsyncing the file persists its data,
+not that entry, so after a power loss the file could be missing (or back). The archive writer, the
+config event log, its snapshot files and the Spark compaction job all create or rename files they
+acknowledge as durable, so they share this one definition.
+
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as d:
+...     fsync_directory(d)
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["fsync_directory"]
+
+
+def fsync_directory(path: str | os.PathLike[str]) -> None:
+    """Persist a directory's entries (a new file or subdirectory name), as POSIX requires for durability."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

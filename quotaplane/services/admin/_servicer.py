@@ -1,0 +1,308 @@
+"""The AdminService servicer: protobuf requests into ``quotaplane.config`` calls, results back into
+Kafka-shaped responses, over any :class:`~quotaplane.config.ConfigAdmin`.
+
+Errors follow Kafka's split. A Kafka error about one entity or resource is an entry of the response and the
+other entries still apply, exactly as an AdminClient sees it. A request that cannot be processed at all is
+a gRPC status with a one-line message (:data:`ADMIN_ERRORS`): INVALID_ARGUMENT for bad input (the Kafka
+error code in the ``x-kafka-error-code`` trailer), UNAVAILABLE when the log is closed or has failed or the
+controller cannot be reached, OUT_OF_RANGE / FAILED_PRECONDITION when the events asked about were deleted,
+INTERNAL otherwise (logged here, with its traceback, not sent).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from quotaplane.config import (
+    ANONYMOUS,
+    AlterConfigOp,
+    ClientQuotaAlteration,
+    ConfigAdmin,
+    ConfigResource,
+    EventLogClosedError,
+    EventLogFailedError,
+    HistoryCompactedError,
+    OffsetOutOfRangeError,
+    describe_client_quotas,
+    validate_entity,
+)
+from quotaplane.errors import ApiError, Errors
+from quotaplane.v1 import admin_pb2 as pb
+from quotaplane.v1 import admin_pb2_grpc
+
+from .._security import ServerSecurity
+from ..grpcutil import ErrorStatus, StatusRule, Trailers, start_server
+from ._backend import BackendUnavailableError
+from ._convert import entity_pairs, filter_components, history_value, quota_entries, result_fields
+
+__all__ = [
+    "ADMIN_ERRORS",
+    "KAFKA_ERROR_CODE_TRAILER",
+    "PRINCIPAL_METADATA",
+    "SERVICE_NAME",
+    "AdminServicer",
+    "add_admin_service",
+    "serve",
+]
+
+#: The call metadata naming the caller's principal ("User:alice").
+PRINCIPAL_METADATA = "x-quotaplane-principal"
+#: The trailing metadata carrying the Kafka error code of a rejected request.
+KAFKA_ERROR_CODE_TRAILER = "x-kafka-error-code"
+#: The service's full name, as health checking and reflection know it.
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AdminService"].full_name
+
+
+class _BadRequest(Exception):
+    """A request the servicer itself refuses (a missing or malformed field): INVALID_ARGUMENT."""
+
+
+def _kafka_error(error: Errors) -> Trailers:
+    return ((KAFKA_ERROR_CODE_TRAILER, str(int(error))),)
+
+
+#: The AdminService's statuses for an exception that stopped a whole request.
+ADMIN_ERRORS = ErrorStatus(
+    [
+        StatusRule(
+            ApiError,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            message=lambda e: str(e) or e.error.name,
+            trailers=lambda e: _kafka_error(e.error),
+        ),
+        # ValueError: the store's contract for bad audit arguments
+        StatusRule(
+            (_BadRequest, ValueError),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            trailers=lambda e: _kafka_error(Errors.INVALID_REQUEST),
+        ),
+        StatusRule(
+            (EventLogClosedError, EventLogFailedError),
+            grpc.StatusCode.UNAVAILABLE,
+            message=lambda e: f"the config log is unavailable: {e}",
+        ),
+        StatusRule(BackendUnavailableError, grpc.StatusCode.UNAVAILABLE),
+        StatusRule(OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
+        StatusRule(HistoryCompactedError, grpc.StatusCode.FAILED_PRECONDITION),
+    ],
+    log=logging.getLogger("quotaplane.services.admin"),
+    server="the server",
+)
+
+
+# --- the servicer ----------------------------------------------------------------------------------------
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    """AdminService over a :class:`~quotaplane.config.ConfigAdmin`; ``clock`` gives ``now_ms`` (the server's
+    clock, as the design's services stamp what they record)."""
+
+    def __init__(self, backend: ConfigAdmin, *, clock: Callable[[], int] | None = None) -> None:
+        self._backend = backend
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+
+    @staticmethod
+    def _principal(context: grpc.ServicerContext) -> str:
+        for key, value in context.invocation_metadata() or ():
+            if key == PRINCIPAL_METADATA and isinstance(value, str) and value.strip():
+                return value.strip()
+        return ANONYMOUS
+
+    @ADMIN_ERRORS.unary
+    def AlterClientQuotas(
+        self, request: pb.AlterClientQuotasRequest, context: grpc.ServicerContext
+    ) -> pb.AlterClientQuotasResponse:
+        alterations = [
+            ClientQuotaAlteration(
+                entity_pairs(entry.entity),
+                [(op.key, op.value if op.HasField("value") else None) for op in entry.ops],
+            )
+            for entry in request.entries
+        ]
+        results = self._backend.alter_client_quotas(
+            alterations,
+            validate_only=request.validate_only,
+            now_ms=self._clock(),
+            principal=self._principal(context),
+            request_id=request.request_id,
+        )
+        return pb.AlterClientQuotasResponse(
+            entries=[
+                pb.AlterClientQuotasResponse.EntryData(entity=entry.entity, **result_fields(result))
+                for entry, result in zip(request.entries, results, strict=True)
+            ]
+        )
+
+    @ADMIN_ERRORS.unary
+    def DescribeClientQuotas(
+        self, request: pb.DescribeClientQuotasRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeClientQuotasResponse:
+        found = self._backend.describe_client_quotas(filter_components(request.components), strict=request.strict)
+        return pb.DescribeClientQuotasResponse(entries=quota_entries(found))
+
+    @ADMIN_ERRORS.unary
+    def IncrementalAlterConfigs(
+        self, request: pb.IncrementalAlterConfigsRequest, context: grpc.ServicerContext
+    ) -> pb.IncrementalAlterConfigsResponse:
+        resources = []
+        for r in request.resources:
+            # codes go to the backend as they are (OpType is an IntEnum): an unknown operation fails its
+            # resource, not the request, as in Kafka
+            ops = [
+                AlterConfigOp(c.name, c.config_operation, c.value if c.HasField("value") else None)  # type: ignore[arg-type]
+                for c in r.configs
+            ]
+            resources.append((ConfigResource(r.resource_type, r.resource_name), ops))  # type: ignore[arg-type]
+        results = self._backend.incremental_alter_configs(
+            resources,
+            validate_only=request.validate_only,
+            now_ms=self._clock(),
+            principal=self._principal(context),
+            request_id=request.request_id,
+        )
+        response_type = pb.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+        return pb.IncrementalAlterConfigsResponse(
+            responses=[
+                response_type(resource_type=r.resource_type, resource_name=r.resource_name, **result_fields(result))
+                for r, result in zip(request.resources, results, strict=True)
+            ]
+        )
+
+    @ADMIN_ERRORS.unary
+    def DescribeConfigs(
+        self, request: pb.DescribeConfigsRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeConfigsResponse:
+        result_type = pb.DescribeConfigsResponse.DescribeConfigsResult
+        entry_type = pb.DescribeConfigsResponse.DescribeConfigsResourceResult
+        results = []
+        for r in request.resources:
+            result = result_type(resource_type=r.resource_type, resource_name=r.resource_name)
+            try:
+                entries = self._backend.describe_configs(ConfigResource(r.resource_type, r.resource_name))  # type: ignore[arg-type]
+            except ApiError as e:  # as Kafka: a bad resource is that resource's error
+                result.error_code = int(e.error)
+                result.error_message = str(e) or e.error.name
+                results.append(result)
+                continue
+            wanted = set(r.configuration_keys)
+            for entry in entries:
+                if wanted and entry.name not in wanted:
+                    continue
+                config = entry_type(
+                    name=entry.name, read_only=entry.read_only, is_default=entry.is_default, config_type=int(entry.type)
+                )
+                if entry.value is not None:
+                    config.value = entry.value
+                if request.include_documentation:
+                    config.documentation = entry.documentation
+                result.configs.append(config)
+            results.append(result)
+        return pb.DescribeConfigsResponse(results=results)
+
+    @ADMIN_ERRORS.unary
+    def ListClientMetricsResources(
+        self, request: pb.ListClientMetricsResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.ListClientMetricsResourcesResponse:
+        resource_type = pb.ListClientMetricsResourcesResponse.ClientMetricsResource
+        return pb.ListClientMetricsResourcesResponse(
+            client_metrics_resources=[
+                resource_type(name=name) for name in sorted(self._backend.list_client_metrics_resources())
+            ]
+        )
+
+    @ADMIN_ERRORS.unary
+    def GetLogOffsets(
+        self, request: pb.GetLogOffsetsRequest, context: grpc.ServicerContext
+    ) -> pb.GetLogOffsetsResponse:
+        return pb.GetLogOffsetsResponse(start_offset=self._backend.start_offset, end_offset=self._backend.end_offset)
+
+    @ADMIN_ERRORS.unary
+    def EntityHistory(
+        self, request: pb.EntityHistoryRequest, context: grpc.ServicerContext
+    ) -> pb.EntityHistoryResponse:
+        kind = request.WhichOneof("target")
+        key = request.key if request.HasField("key") else None
+        if kind == "entity":
+            entity = dict(validate_entity(entity_pairs(request.entity.entity)).key)
+            entries = self._backend.history(entity=entity, key=key)
+        elif kind == "client_metrics":
+            if not request.client_metrics:
+                raise _BadRequest("Client metrics resource name must not be empty")
+            entries = self._backend.history(client_metrics=request.client_metrics, key=key)
+        elif kind == "resource":
+            resource_type = request.resource.resource_type
+            if resource_type not in (pb.RESOURCE_TYPE_BROKER, pb.RESOURCE_TYPE_TOPIC):
+                raise _BadRequest(
+                    f"Unsupported resource type {resource_type} for history: BROKER (4) or TOPIC (2); "
+                    "client-metrics resources are named by client_metrics"
+                )
+            resource = ConfigResource(resource_type, request.resource.resource_name)  # type: ignore[arg-type]
+            entries = self._backend.history(resource=resource, key=key)
+        else:
+            raise _BadRequest("EntityHistory needs one of entity, client_metrics or resource")
+        entry_type = pb.EntityHistoryResponse.HistoryEntry
+        return pb.EntityHistoryResponse(
+            entries=[
+                entry_type(
+                    offset=e.offset,
+                    commit_time_ms=e.commit_time_ms,
+                    principal=e.principal,
+                    request_id=e.request_id,
+                    key=e.key,
+                    old_value=history_value(e.old, kind, e.key),
+                    new_value=history_value(e.new, kind, e.key),
+                )
+                for e in entries
+            ]
+        )
+
+    @ADMIN_ERRORS.unary
+    def DescribeClientQuotasAt(
+        self, request: pb.DescribeClientQuotasAtRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeClientQuotasAtResponse:
+        if request.time_ms < 0:
+            raise _BadRequest(f"time_ms must be >= 0 (ms since the epoch), got {request.time_ms}")
+        components = filter_components(request.components)
+        image = self._backend.image_at_time(request.time_ms)
+        found = describe_client_quotas(image, components, strict=request.strict)
+        return pb.DescribeClientQuotasAtResponse(
+            end_offset=image.end_offset, last_commit_time_ms=image.last_commit_time_ms, entries=quota_entries(found)
+        )
+
+
+def add_admin_service(
+    server: grpc.Server, backend: ConfigAdmin, *, clock: Callable[[], int] | None = None
+) -> list[str]:
+    """Register the AdminService on ``server`` over ``backend``; the full service names."""
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(backend, clock=clock), server)
+    return [SERVICE_NAME]
+
+
+def serve(
+    store: ConfigAdmin,
+    address: str = "127.0.0.1:0",
+    *,
+    max_workers: int = 8,
+    clock: Callable[[], int] | None = None,
+    security: ServerSecurity | None = None,
+) -> tuple[grpc.Server, int]:
+    """Start a gRPC server with the AdminService, health checking and reflection; return it and its port.
+
+    Health reports SERVING for the server ("") and for ``quotaplane.v1.AdminService``; the caller stops the
+    server (``server.stop(grace)``) and then closes the store.
+
+    ``security`` (None: plaintext, every RPC open) puts TLS or mutual TLS on the listener and, when it has
+    operator credentials, requires one on every AdminService RPC; health and reflection stay open.
+    ``SO_REUSEPORT`` is off, as on every quotaplane server (``grpcutil.start_server``).
+    """
+    running = start_server(
+        [lambda server: add_admin_service(server, store, clock=clock)],
+        address,
+        max_workers=max_workers,
+        thread_name_prefix="admin-grpc",
+        security=security,
+        operator_services=[SERVICE_NAME],
+    )
+    return running.server, running.port

@@ -1,0 +1,294 @@
+"""``quotaplane up``: its options, and running the embedded default until SIGINT / SIGTERM.
+
+A thin shell over :func:`quotaplane.services.launcher.launch`: numbers, resource flags and files are parsed
+here or by the launcher (not by argparse) so a bad value is one ``Error:`` line and exit 1, as documented;
+the console shows one line per endpoint, ``ready``, then a line each time a shard's applied offset moves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from quotaplane.services.launcher import (
+    DEFAULT_ADMIN_PORT,
+    DEFAULT_DATA_DIR,
+    DEFAULT_FRONTEND_PORT,
+    DEFAULT_GATEWAY_PORT,
+    DEFAULT_HOST,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_SHARDS,
+    LaunchError,
+    launch,
+    parse_resource_flags,
+)
+from quotaplane.services.proxy import DEFAULT_BROKER_PORT_BASE
+
+if TYPE_CHECKING:
+    from quotaplane.services._security import ServerSecurity
+    from quotaplane.services.frontend import KafkaListener
+
+__all__ = ["add_up_command", "run_up"]
+
+
+def add_up_command(commands: argparse._SubParsersAction) -> None:
+    up = commands.add_parser(
+        "up", help="run quotaplane on this machine (Ray, controller, shards, admin gRPC, usage gateway)"
+    )
+    up.add_argument(
+        "--data-dir", default=f"./{DEFAULT_DATA_DIR}", help=f"where everything is kept (default ./{DEFAULT_DATA_DIR})"
+    )
+    # numbers are checked by the launcher, not argparse, so a bad value is one `Error:` line as documented
+    up.add_argument("--shards", default=str(DEFAULT_SHARDS), help=f"shard actors (default {DEFAULT_SHARDS})")
+    up.add_argument(
+        "--admin-port",
+        default=str(DEFAULT_ADMIN_PORT),
+        help=f"AdminService port (default {DEFAULT_ADMIN_PORT}; 0: a free one)",
+    )
+    up.add_argument(
+        "--gateway-port",
+        default=str(DEFAULT_GATEWAY_PORT),
+        help=f"usage gateway port: QuotaService, ProducerIdService (default {DEFAULT_GATEWAY_PORT}; 0: a free one)",
+    )
+    up.add_argument(
+        "--metrics-port",
+        default=str(DEFAULT_METRICS_PORT),
+        help=f"Prometheus metrics endpoint port (default {DEFAULT_METRICS_PORT}; 0: a free one; -1: none)",
+    )
+    up.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; beyond loopback, configure "
+        "operator credentials)",
+    )
+    up.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="join this running Ray cluster (its GCS address, or 'auto') instead of starting a private one; "
+        "the controller and shards are then detached and keep running after up stops",
+    )
+    # NAME[=AMOUNT] is parsed by the launcher, not argparse, so bad syntax is one `Error:` line
+    up.add_argument(
+        "--shard-resource",
+        action="append",
+        metavar="NAME[=AMOUNT]",
+        help="Ray custom resource each shard asks for (repeatable; amount default 1): shards run, and are "
+        "restarted, only on raylets offering it",
+    )
+    up.add_argument(
+        "--controller-resource",
+        action="append",
+        metavar="NAME[=AMOUNT]",
+        help="Ray custom resource the controller asks for (repeatable; amount default 1): it runs, and is "
+        "restarted, only on raylets offering it (those with its data volume)",
+    )
+    up.add_argument(
+        "--spread-shards", action="store_true", help="spread the shards over the Ray nodes (Ray's SPREAD strategy)"
+    )
+    up.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: TLS on the gRPC listeners")
+    up.add_argument("--tls-key", metavar="PEM", help="the server certificate's private key (unencrypted)")
+    up.add_argument(
+        "--tls-client-ca", metavar="PEM", help="mutual TLS: clients must present a certificate signed by this CA"
+    )
+    up.add_argument(
+        "--operator-tokens-file",
+        metavar="FILE",
+        help="operator bearer tokens, one a line: every AdminService call must carry one (or an operator subject)",
+    )
+    up.add_argument(
+        "--operator-subjects",
+        metavar="CN,...",
+        help="client-certificate common names that are operators (needs --tls-client-ca)",
+    )
+    _add_frontend_options(up)
+
+
+def _add_frontend_options(up: argparse.ArgumentParser) -> None:
+    """The Kafka-facing frontend's flags (``services/frontend/server.py``)."""
+    kafka = up.add_argument_group("Kafka frontend")
+    kafka.add_argument(
+        "--frontend-port",
+        default=str(DEFAULT_FRONTEND_PORT),
+        help=f"Kafka protocol port for Kafka clients (default {DEFAULT_FRONTEND_PORT}; 0: a free one; -1: none)",
+    )
+    kafka.add_argument("--advertised-host", help="host Metadata tells Kafka clients to connect to (default --host)")
+    kafka.add_argument("--advertised-port", help="port Metadata tells Kafka clients (default the listening port)")
+    kafka.add_argument(
+        "--kafka-node-id", default="0", help="broker id the frontend presents; its connection quotas' node (default 0)"
+    )
+    kafka.add_argument(
+        "--sasl-credentials-file",
+        metavar="FILE",
+        help="SASL/PLAIN on the Kafka listener: 'user:password' one a line (principals User:<user>)",
+    )
+    kafka.add_argument(
+        "--kafka-operators",
+        metavar="PRINCIPAL,...",
+        help="principals allowed the Kafka admin APIs, e.g. User:admin (with SASL and no list: nobody)",
+    )
+    kafka.add_argument("--kafka-tls-cert", metavar="PEM", help="server certificate chain: TLS on the Kafka listener")
+    kafka.add_argument("--kafka-tls-key", metavar="PEM", help="its private key (unencrypted)")
+    proxy = up.add_argument_group("Kafka proxy (the frontend in front of real brokers)")
+    proxy.add_argument(
+        "--upstream-bootstrap",
+        metavar="HOST:PORT[,...]",
+        help="proxy mode: forward Kafka clients to this cluster, enforcing quotaplane's quotas on the way",
+    )
+    proxy.add_argument(
+        "--upstream-broker-port-base",
+        default=str(DEFAULT_BROKER_PORT_BASE),
+        help=f"upstream broker N is served on this port + N (default {DEFAULT_BROKER_PORT_BASE})",
+    )
+    proxy.add_argument("--upstream-max-brokers", default="1000", help="node ids 0..N-1 get a proxy port (default 1000)")
+    proxy.add_argument(
+        "--upstream-fail-closed",
+        action="store_true",
+        help="close client connections while the gateway is unreachable (default: forward unthrottled)",
+    )
+
+
+def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, KafkaListener | None]:
+    """The frontend's port (None: none) and ``KafkaListener`` from ``up``'s flags; bad values and files are
+    a LaunchError / ValueError with one line."""
+    from quotaplane.services.frontend import KafkaListener, PlainCredentials, tls_context
+    from quotaplane.services.proxy import ProxyConfig
+
+    port = _int_option("--frontend-port", args.frontend_port)
+    if port == -1:
+        return None, None
+    if (args.kafka_tls_cert is None) != (args.kafka_tls_key is None):
+        raise ValueError("--kafka-tls-cert needs --kafka-tls-key, and a key its certificate")
+    operators = None
+    if args.kafka_operators is not None:
+        operators = frozenset(p.strip() for p in args.kafka_operators.split(",") if p.strip())
+        for principal in operators:
+            if ":" not in principal:
+                raise ValueError(f"--kafka-operators: {principal!r} is not a principal such as User:admin")
+    advertised_port = args.advertised_port
+    credentials = args.sasl_credentials_file
+    upstream = None
+    if args.upstream_bootstrap is not None:
+        upstream = ProxyConfig(
+            bootstrap=args.upstream_bootstrap,
+            broker_port_base=_int_option("--upstream-broker-port-base", args.upstream_broker_port_base),
+            max_brokers=_int_option("--upstream-max-brokers", args.upstream_max_brokers),
+            fail_closed=args.upstream_fail_closed,
+        )
+    listener = KafkaListener(
+        advertised_host=args.advertised_host,
+        advertised_port=None if advertised_port is None else _int_option("--advertised-port", advertised_port),
+        node_id=_int_option("--kafka-node-id", args.kafka_node_id),
+        sasl_credentials=None if credentials is None else PlainCredentials.load(credentials),
+        operators=operators,
+        ssl_context=None if args.kafka_tls_cert is None else tls_context(args.kafka_tls_cert, args.kafka_tls_key),
+        upstream=upstream,
+    )
+    return port, listener
+
+
+def _int_option(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise LaunchError(f"{name} must be an integer, got {text!r}") from None
+
+
+def _server_security(args: argparse.Namespace) -> ServerSecurity | None:
+    """The listeners' security from ``up``'s flags (None: none given); a bad file is a ValueError."""
+    from quotaplane.services._security import ServerSecurity
+
+    subjects = [s for s in (args.operator_subjects or "").split(",") if s.strip()]
+    given = (args.tls_cert, args.tls_key, args.tls_client_ca, args.operator_tokens_file)
+    if all(value is None for value in given) and not subjects:
+        return None
+    return ServerSecurity.load(
+        cert_file=args.tls_cert,
+        key_file=args.tls_key,
+        client_ca_file=args.tls_client_ca,
+        tokens_file=args.operator_tokens_file,
+        operator_subjects=subjects,
+    )
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """Start, print the endpoints and ``ready``, run until SIGINT / SIGTERM, stop. Errors: one line."""
+    import signal
+    import threading
+
+    from quotaplane.services._security import exposure_warning
+
+    def say(line: str) -> None:
+        print(f"quotaplane up: {line}", flush=True)
+
+    try:
+        security = _server_security(args)
+        frontend_port, kafka_listener = _kafka_listener(args)
+        shard_resources = parse_resource_flags("--shard-resource", args.shard_resource)
+        controller_resources = parse_resource_flags("--controller-resource", args.controller_resource)
+    except (ValueError, LaunchError) as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    warning = exposure_warning(args.host, security)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    try:
+        cluster = launch(
+            args.data_dir,
+            shards=_int_option("--shards", args.shards),
+            admin_port=_int_option("--admin-port", args.admin_port),
+            gateway_port=_int_option("--gateway-port", args.gateway_port),
+            metrics_port=None if (metrics := _int_option("--metrics-port", args.metrics_port)) == -1 else metrics,
+            host=args.host,
+            say=say,
+            security=security,
+            ray_address=args.ray_address,
+            frontend_port=frontend_port,
+            kafka_listener=kafka_listener,
+            shard_resources=shard_resources,
+            controller_resources=controller_resources,
+            spread_shards=args.spread_shards,
+        )
+    except LaunchError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("Error: interrupted while starting", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        say(f"admin gRPC on {cluster.admin_address}, {len(cluster.shards)} shards, data in {cluster.data_dir}")
+        say(f"usage gateway gRPC on {cluster.gateway_address}")
+        if cluster.frontend is not None:
+            host, port = cluster.frontend.advertised
+            listener = cluster.frontend.config.listener_name
+            say(f"Kafka frontend on {cluster.frontend_address} ({listener}; advertised as {host}:{port})")
+        if cluster.metrics_url is not None:
+            say(f"metrics on {cluster.metrics_url}")
+        say(f"Ray session in {cluster.ray_temp_dir}")
+        if security is not None:
+            say(f"security: {security.describe()}")
+        shown = cluster.status()
+        say(shown.line())
+        print("ready", flush=True)
+        watcher = threading.Thread(
+            target=cluster.watch,
+            args=(lambda status: say(status.line()), stop),
+            kwargs={"last": shown},
+            name="up-status",
+            daemon=True,
+        )
+        watcher.start()
+        while not stop.wait(0.5):
+            pass
+        watcher.join(timeout=5)
+    except Exception as e:
+        print(f"Error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
+        cluster.close()
+        return 1
+    say("stopping")
+    cluster.close()
+    say("stopped")
+    return 0

@@ -1,0 +1,210 @@
+"""The gateway's queues: one request batch as a :class:`Pending`, and one worker thread per shard.
+
+Items are grouped per owning shard and queued; each shard's worker drains its queue into micro-batches (at
+most ``max_shard_batch_items`` items and ``max_shard_batch_bytes`` bytes, waiting at most ``linger_s`` for
+more) and makes one ``ShardActor.serve_at`` call per micro-batch, one call in flight. Items reach a shard in
+the order they arrived; a micro-batch only joins units of the same kind routed at the same config offset,
+since the shard serves it at that offset. A shard ahead of that offset answers nothing and the worker hands
+the units back to the gateway (``reroute``); a shard that fails fails only the requests it held.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from quotaplane.actors import ray_get
+
+from ._checks import InvalidArgument, Unavailable
+
+if TYPE_CHECKING:
+    from ._routing import Gateway
+
+__all__ = ["Pending", "Router", "ShardWorker", "Unit"]
+
+log = logging.getLogger(__name__)
+
+#: ``(items, indices or None for all) -> (config offset, shard keys of those items)``
+Router = Callable[[list[Any], Sequence[int] | None], tuple[int, list[str]]]
+
+
+def _ray_call(ref: Any, timeout_s: float) -> Any:
+    """``ray_get`` with the shard's own error re-raised; a dead, restarting or silent shard (or controller,
+    when the shard could not reach it to catch up) is :class:`Unavailable`."""
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    try:
+        return ray_get(ref, timeout_s)
+    except RayActorError as e:
+        raise Unavailable(f"a shard is unavailable (restarting?): {str(e).splitlines()[0]}") from None
+    except GetTimeoutError:
+        raise Unavailable(f"a shard did not answer within {timeout_s:g} s") from None
+
+
+class Pending:
+    """One request batch: its items, where their answers go, and when it is done."""
+
+    __slots__ = (
+        "closed",
+        "done",
+        "error",
+        "items",
+        "kind",
+        "lock",
+        "offset",
+        "remaining",
+        "reroutes",
+        "results",
+        "route",
+        "sizes",
+    )
+
+    def __init__(self, kind: str, items: list[Any], route: Router) -> None:
+        self.kind = kind
+        self.items = items
+        #: (items, indices or None for all) -> (config offset, those items' shard keys); called again when a
+        #: fenced batch is routed again
+        self.route = route
+        #: bytes per item, when they matter for the size of an actor call (None: count items only)
+        self.sizes: list[int] | None = None
+        self.results: list[Any] = [None] * len(items)
+        self.remaining = len(items)
+        self.offset = 0
+        self.error: Exception | None = None
+        self.reroutes = 0
+        self.lock = threading.Lock()
+        self.closed = False  # answered or failed: decided under ``lock``, exactly once
+        self.done = threading.Event()
+
+    def fill(self, indices: Sequence[int], throttles: Sequence[Any], offset: int) -> bool:
+        with self.lock:
+            results = self.results
+            for index, throttle in zip(indices, throttles, strict=True):
+                results[index] = throttle
+            self.offset = max(self.offset, offset)
+            self.remaining -= len(indices)
+            finished = self.remaining == 0 and not self.closed
+            if finished:
+                self.closed = True
+        if finished:
+            self.done.set()
+        return finished
+
+    def fail(self, error: Exception) -> bool:
+        with self.lock:
+            if self.closed:
+                return False
+            self.closed = True
+            self.error = error
+        self.done.set()
+        return True
+
+
+@dataclass(slots=True)
+class Unit:
+    """Some items of one request, for one shard, resolved at ``offset``; ``size``: their bytes, when the
+    request said (telemetry pushes), else 0."""
+
+    pending: Pending
+    indices: list[int]
+    offset: int
+    size: int = 0
+
+
+class ShardWorker(threading.Thread):
+    """Drains one shard's queue into micro-batches: one actor call each, one call in flight."""
+
+    def __init__(self, gateway: Gateway, shard_id: str, handle: Any) -> None:
+        super().__init__(name=f"gateway-shard-{shard_id}", daemon=True)
+        self.gateway = gateway
+        self.shard_id = shard_id
+        self.handle = handle
+        self.queue: collections.deque[Unit] = collections.deque()
+        self.cond = threading.Condition()
+        self.batches = 0
+        self.items = 0
+
+    def put(self, units: Sequence[Unit], *, front: bool = False) -> None:
+        with self.cond:
+            if front:
+                self.queue.extendleft(reversed(units))
+            else:
+                self.queue.extend(units)
+            self.cond.notify()
+
+    def _take(self) -> list[Unit] | None:
+        config = self.gateway.config
+        with self.cond:
+            while not self.queue:
+                if self.gateway.stopping:
+                    return None
+                self.cond.wait(0.1)
+            first = self.queue.popleft()
+            units = [first]
+            count = len(first.indices)
+            size = first.size
+            deadline = time.monotonic() + config.linger_s
+            while count < config.max_shard_batch_items and size < config.max_shard_batch_bytes:
+                if not self.queue:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.cond.wait(left)
+                    if not self.queue:
+                        break
+                head = self.queue[0]
+                if head.offset != first.offset or head.pending.kind != first.pending.kind:
+                    break
+                if count + len(head.indices) > config.max_shard_batch_items and count:
+                    break
+                if size + head.size > config.max_shard_batch_bytes:
+                    break
+                units.append(self.queue.popleft())
+                count += len(head.indices)
+                size += head.size
+            return units
+
+    def run(self) -> None:
+        while True:
+            units = self._take()
+            if units is None:
+                return
+            try:
+                self._send(units)
+            except Exception as e:  # never lose a worker: fail what it held
+                if not isinstance(e, Unavailable | InvalidArgument):
+                    log.exception("shard %s: a micro-batch failed", self.shard_id)
+                for unit in units:
+                    self.gateway.finish(unit.pending, error=e)
+
+    def _send(self, units: list[Unit]) -> None:
+        gateway = self.gateway
+        offset = units[0].offset
+        kind = units[0].pending.kind
+        items: list[Any] = []
+        for unit in units:
+            source = unit.pending.items
+            items.extend(source[i] for i in unit.indices)
+        ref = self.handle.serve_at.remote(kind, offset, items)
+        try:
+            shard_offset, throttles = _ray_call(ref, gateway.config.shard_timeout_s)
+        except ValueError as e:  # the shard's validation: the gateway's check missed something
+            raise InvalidArgument(str(e).splitlines()[0]) from None
+        self.batches += 1
+        if throttles is None:
+            if shard_offset < offset:  # it could not catch up to the gateway's config
+                raise Unavailable(f"shard {self.shard_id} is behind the config ({shard_offset} < {offset})")
+            gateway.reroute(units, shard_offset)  # it is ahead of the offset these items were routed at
+            return
+        self.items += len(items)
+        start = 0
+        for unit in units:
+            end = start + len(unit.indices)
+            if unit.pending.fill(unit.indices, throttles[start:end], shard_offset):
+                gateway.finish(unit.pending)
+            start = end

@@ -1,0 +1,280 @@
+"""gRPC ``QuotaService``: Kafka's client quotas (bandwidth, request time, controller mutations) and
+replication quotas, answered by the shards that own the sensors.
+
+A broker, broker plugin or Kafka proxy streams batches of usage items; the gateway answers Kafka's
+``throttle_time_ms`` for each, computed by the shard that owns the item's sensor, so an entity has one
+budget across the fleet. Usage, un-record, request time and mutations are routed by their metric tags
+(``Gateway.submit``, fenced by the config offset); replication is keyed by node (``Gateway.dispatch``).
+``MaxValueInQuotaWindow`` (Kafka's ``getMaxValueInQuotaWindow``, the cap of a consumer's Fetch ``max_bytes``)
+needs only the quotas, not the usage: the gateway's config replica answers it, no shard is called.
+
+**Errors.** Bad input (empty or oversized batch, unknown quota type, negative / NaN / infinite value, empty
+or oversized names, names with NUL, a negative ``now_ms``) is INVALID_ARGUMENT with a message naming the
+item; nothing of the batch is recorded and the server (and the stream) goes on. A shard that is dead or
+restarting is UNAVAILABLE (usage kept by a restarted shard is lost, see ``actors/README.md``). A unary call
+beyond the gateway's ``max_in_flight_items`` is RESOURCE_EXHAUSTED with a ``retry-after-ms`` trailer; a
+stream (``RecordUsage``: answers in the order of its requests, several in flight) waits up to
+``stream_wait_s`` (gRPC flow control then slows the sender) and then answers that batch with the same error
+in-band.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from quotaplane.v1 import quota_pb2 as pb
+from quotaplane.v1 import quota_pb2_grpc
+
+from ._batching import Pending
+from ._checks import GATEWAY_ERRORS, Exhausted, GatewayConfig, InvalidArgument, item_time
+from ._routing import Gateway
+
+__all__ = ["QUOTA_SERVICE_NAME", "QuotaServicer", "add_quota_service"]
+
+log = logging.getLogger(__name__)
+
+QUOTA_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QuotaService"].full_name
+#: The wire's quota types, by the names the shards' ``QuotaType.parse`` takes.
+_TYPE_NAMES = {pb.PRODUCE: "PRODUCE", pb.FETCH: "FETCH"}
+_REPLICATION_NAMES = {
+    pb.LEADER_REPLICATION: "LEADER_REPLICATION",
+    pb.FOLLOWER_REPLICATION: "FOLLOWER_REPLICATION",
+    pb.ALTER_LOG_DIRS_REPLICATION: "ALTER_LOG_DIRS_REPLICATION",
+}
+
+
+# --- checks: each request's items, every item checked before anything is sent -----------------------------
+def usage_items(config: GatewayConfig, batch: pb.UsageBatch, now_ms: int) -> list[tuple[str, str, str, float, int]]:
+    """The batch's items as ``(type, user, client_id, value, now_ms)``, every item checked first."""
+    config.check_size(len(batch.items))
+    items = []
+    append = items.append
+    max_name = config.max_name_length
+    for index, item in enumerate(batch.items):
+        quota_type, user, client_id, value = item.quota_type, item.user, item.client_id, item.value
+        if quota_type not in _TYPE_NAMES:
+            raise InvalidArgument(f"item {index}: unknown quota type {quota_type}; expected PRODUCE or FETCH")
+        if not (0.0 <= value < math.inf):
+            raise InvalidArgument(f"item {index}: value must be a finite number >= 0, got {value!r}")
+        if not user or len(user) > max_name or len(client_id) > max_name or "\x00" in user or "\x00" in client_id:
+            config.check_name(index, "user", user, allow_empty=False)
+            config.check_name(index, "client_id", client_id, allow_empty=True)
+        t = item.now_ms if item.HasField("now_ms") else now_ms
+        if t < 0:
+            raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
+        append((_TYPE_NAMES[quota_type], user, client_id, value, t))
+    return items
+
+
+def request_items(
+    config: GatewayConfig, batch: pb.RequestTimeBatch, now_ms: int
+) -> tuple[list[tuple[str, str, int, int, bool, int]], list[tuple[str, str, str]]]:
+    """``(user, client_id, request nanos, network nanos, exempt, now_ms)`` per item, and what to resolve
+    each by: ``("REQUEST", user, client_id)`` (an exempt item goes to the one exempt sensor)."""
+    config.check_size(len(batch.items))
+    items, tags = [], []
+    for index, item in enumerate(batch.items):
+        config.check_name(index, "user", item.user, allow_empty=False)
+        config.check_name(index, "client_id", item.client_id, allow_empty=True)
+        if item.request_thread_time_nanos < 0 or item.network_thread_time_nanos < 0:
+            raise InvalidArgument(f"item {index}: thread times must be >= 0 nanoseconds")
+        t = item_time(index, item, now_ms)
+        items.append(
+            (
+                item.user,
+                item.client_id,
+                item.request_thread_time_nanos,
+                item.network_thread_time_nanos,
+                item.exempt,
+                t,
+            )
+        )
+        tags.append(("REQUEST", item.user, item.client_id))
+    return items, tags
+
+
+def mutation_items(
+    config: GatewayConfig, batch: pb.MutationBatch, now_ms: int
+) -> tuple[list[tuple[str, str, bool, tuple[float, ...], int]], list[tuple[str, str, str]]]:
+    """``(user, client_id, strict, permits, now_ms)`` per item, and ``("CONTROLLER_MUTATION", user,
+    client_id)`` to resolve each by."""
+    config.check_size(len(batch.items))
+    items, tags = [], []
+    for index, item in enumerate(batch.items):
+        config.check_name(index, "user", item.user, allow_empty=False)
+        config.check_name(index, "client_id", item.client_id, allow_empty=True)
+        if item.mode not in (pb.STRICT, pb.PERMISSIVE):
+            raise InvalidArgument(f"item {index}: mode must be STRICT or PERMISSIVE, got {item.mode}")
+        if not item.permits:
+            raise InvalidArgument(f"item {index}: permits must name at least one topic's mutations")
+        if len(item.permits) > config.max_batch_items:
+            raise InvalidArgument(f"item {index}: more than {config.max_batch_items} permits")
+        permits = tuple(item.permits)
+        if not all(0.0 <= p < math.inf for p in permits):
+            raise InvalidArgument(f"item {index}: permits must be finite numbers >= 0")
+        t = item_time(index, item, now_ms)
+        items.append((item.user, item.client_id, item.mode == pb.STRICT, permits, t))
+        tags.append(("CONTROLLER_MUTATION", item.user, item.client_id))
+    return items, tags
+
+
+def replication_items(
+    config: GatewayConfig, batch: pb.ReplicationBatch, now_ms: int
+) -> tuple[list[tuple[int, str, str, int, float, int]], list[str]]:
+    """``(node_id, type, topic, partition, record_bytes, now_ms)`` per item, keyed by node."""
+    config.check_size(len(batch.items))
+    items, keys = [], []
+    for index, item in enumerate(batch.items):
+        if item.node_id < 0:
+            raise InvalidArgument(f"item {index}: node_id must be >= 0, got {item.node_id}")
+        type_name = _REPLICATION_NAMES.get(item.type)
+        if type_name is None:
+            raise InvalidArgument(f"item {index}: unknown replication type {item.type}")
+        config.check_name(index, "topic", item.topic, allow_empty=False)
+        if item.partition < 0:
+            raise InvalidArgument(f"item {index}: partition must be >= 0, got {item.partition}")
+        if not 0.0 <= item.record_bytes < math.inf:
+            raise InvalidArgument(f"item {index}: record_bytes must be a finite number >= 0")
+        t = item_time(index, item, now_ms)
+        items.append((item.node_id, type_name, item.topic, item.partition, item.record_bytes, t))
+        keys.append(f"replication:{item.node_id}")
+    return items, keys
+
+
+def _throttles(gateway: Gateway, pending: Pending, batch_id: int) -> pb.ThrottleBatch:
+    """Wait for a submitted batch; its ThrottleBatch, or its error raised."""
+    offset, results = gateway.wait(pending)
+    return pb.ThrottleBatch(batch_id=batch_id, throttle_time_ms=results, config_offset=offset)
+
+
+def _batch_error(batch_id: int, exc: Exception) -> pb.ThrottleBatch:
+    """A stream's batch that failed, answered in-band with the status it would have as a unary call."""
+    status = GATEWAY_ERRORS.of(exc)
+    if status.code is grpc.StatusCode.INTERNAL:
+        log.error("RecordUsage batch %s failed: %r", batch_id, exc)
+    retry_after_ms = exc.retry_after_ms if isinstance(exc, Exhausted) else 0
+    return pb.ThrottleBatch(
+        batch_id=batch_id,
+        error=pb.BatchError(code=status.code.value[0], message=status.details, retry_after_ms=retry_after_ms),
+    )
+
+
+# --- the servicer --------------------------------------------------------------------------------------------
+class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
+    """Usage, un-record, request time, mutations and replication over the gateway's queues."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    @GATEWAY_ERRORS.unary
+    def RecordUsageBatch(self, request: pb.UsageBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
+        gateway = self.gateway
+        items = usage_items(gateway.config, request, gateway.clock())
+        return _throttles(gateway, gateway.submit("usage", items, 0.0), request.batch_id)
+
+    @GATEWAY_ERRORS.stream
+    def RecordUsage(
+        self, request_iterator: Iterator[pb.UsageBatch], context: grpc.ServicerContext
+    ) -> Iterator[pb.ThrottleBatch]:
+        """Pipelined: a reader thread validates and submits batches as they come; answers are yielded in
+        the order of the requests. Errors are answered in-band and the stream goes on."""
+        gateway = self.gateway
+        answers: queue.Queue[Any] = queue.Queue(maxsize=gateway.config.max_stream_in_flight)
+        stop = threading.Event()
+
+        def put(entry: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    answers.put(entry, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def read() -> None:
+            try:
+                for batch in request_iterator:
+                    try:
+                        items = usage_items(gateway.config, batch, gateway.clock())
+                        entry: Any = (batch.batch_id, gateway.submit("usage", items, gateway.config.stream_wait_s))
+                    except Exception as exc:
+                        entry = (batch.batch_id, exc)
+                    if not put(entry):
+                        return
+            except Exception as exc:  # the client went away or sent garbage
+                log.debug("RecordUsage stream reader stopped: %s", exc)
+            finally:
+                put(None)
+
+        reader = threading.Thread(target=read, name="gateway-stream-reader", daemon=True)
+        reader.start()
+        try:
+            while True:
+                entry = answers.get()
+                if entry is None:
+                    return
+                batch_id, outcome = entry
+                try:
+                    if isinstance(outcome, Exception):
+                        raise outcome
+                    yield _throttles(gateway, outcome, batch_id)
+                except Exception as exc:
+                    yield _batch_error(batch_id, exc)
+        finally:
+            stop.set()
+
+    @GATEWAY_ERRORS.unary
+    def UnrecordUsage(self, request: pb.UsageBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
+        gateway = self.gateway
+        items = usage_items(gateway.config, request, gateway.clock())
+        return _throttles(gateway, gateway.submit("unrecord", items, 0.0), request.batch_id)
+
+    @GATEWAY_ERRORS.unary
+    def RecordRequestTime(self, request: pb.RequestTimeBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
+        gateway = self.gateway
+        items, tags = request_items(gateway.config, request, gateway.clock())
+        route = gateway.resolve_by(tags, [item[4] for item in items])
+        return _throttles(gateway, gateway.submit("request", items, 0.0, route), request.batch_id)
+
+    @GATEWAY_ERRORS.unary
+    def RecordMutations(self, request: pb.MutationBatch, context: grpc.ServicerContext) -> pb.MutationResults:
+        gateway = self.gateway
+        items, tags = mutation_items(gateway.config, request, gateway.clock())
+        offset, results = gateway.wait(gateway.submit("mutation", items, 0.0, gateway.resolve_by(tags)))
+        return pb.MutationResults(
+            batch_id=request.batch_id,
+            results=[pb.MutationResult(throttle_time_ms=t, accepted=accepted) for t, accepted in results],
+            config_offset=offset,
+        )
+
+    @GATEWAY_ERRORS.unary
+    def CheckReplication(self, request: pb.ReplicationBatch, context: grpc.ServicerContext) -> pb.ReplicationResults:
+        gateway = self.gateway
+        items, keys = replication_items(gateway.config, request, gateway.clock())
+        offset, results = gateway.dispatch("replication", items, keys)
+        return pb.ReplicationResults(
+            batch_id=request.batch_id,
+            results=[pb.ReplicationResult(throttled=t, quota_exceeded=e) for t, e in results],
+            config_offset=offset,
+        )
+
+    @GATEWAY_ERRORS.unary
+    def MaxValueInQuotaWindow(self, request: pb.UsageBatch, context: grpc.ServicerContext) -> pb.QuotaWindowValues:
+        """Checked as ``RecordUsageBatch`` checks a batch (values too, though unused); answered by the replica."""
+        gateway = self.gateway
+        items = usage_items(gateway.config, request, gateway.clock())
+        offset, values = gateway.replica.max_values_in_quota_window(items)
+        return pb.QuotaWindowValues(batch_id=request.batch_id, max_value=values, config_offset=offset)
+
+
+def add_quota_service(server: grpc.Server, gateway: Gateway) -> list[str]:
+    """Register the QuotaService on ``server`` over ``gateway``; the full service names."""
+    quota_pb2_grpc.add_QuotaServiceServicer_to_server(QuotaServicer(gateway), server)
+    return [QUOTA_SERVICE_NAME]

@@ -1,0 +1,139 @@
+"""The gateway's replica of the config: which sensor an item belongs to, resolved as a shard resolves it.
+
+Kafka decides which clients share a sensor from the *metric tags* (``DefaultQuotaCallback.quotaMetricTags``:
+``(user, client-id)``, ``(user, "")`` or ``("", client-id)`` depending on which quota entities exist). The
+gateway keeps a replica of the controller's image, polled with ``read_from``, and quota managers bound to
+it by a ``ManagerBinding`` (used only for their callbacks), so it resolves every item's tags exactly as the
+shard that owns the sensor will, at a config offset it sends along (see ``_routing``). The same managers
+answer Kafka's ``getMaxValueInQuotaWindow`` (a proxy caps Fetch ``max_bytes`` with it) without a shard call.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from quotaplane.actors import ConfigFollower, ray_get
+from quotaplane.config import ConfigImage, ManagerBinding, startup_configs
+from quotaplane.quota import CLIENT_ID_TAG, USER_TAG, build_quota_managers, sanitize
+
+from ._checks import Unavailable, wall_clock_ms
+
+__all__ = ["DOUBLE_MAX_VALUE", "ConfigReplica"]
+
+#: Java's Double.MAX_VALUE: Kafka's ``getMaxValueInQuotaWindow`` when no quota applies (quotas disabled, or
+#: none for the client's metric tags), as the core's ``ClientQuotaManager.max_value_in_quota_window``.
+DOUBLE_MAX_VALUE = sys.float_info.max
+
+
+class ConfigReplica:
+    """The controller's image, kept current by polling ``read_from``; resolves items' metric tags.
+
+    Quota managers are built from the image as a shard builds them and kept in step by a
+    ``ManagerBinding``, so their ``DefaultQuotaCallback`` holds exactly the quotas the shards hold; only the
+    callbacks' ``metric_tags`` and ``quota_limit`` are used (no sensor is ever created here). Thread-safe:
+    ``lock`` guards the image and callbacks; :meth:`resolve` and :meth:`max_values_in_quota_window` read the
+    offset and all answers of a batch under it.
+    """
+
+    def __init__(self, controller: Any, *, timeout_s: float = 30.0, max_events: int = 10_000) -> None:
+        self._controller = controller
+        self._timeout_s = timeout_s
+        self.lock = threading.RLock()
+        self.polls = 0
+        #: (quota type, user, client id) -> shard key, valid for the current offset (emptied on every change)
+        self._keys: dict[tuple[str, str, str], str] = {}
+        self.follower = ConfigFollower(self._call, max_events=max_events, lock=self.lock)
+        self.follower.start()
+        startup = startup_configs(self.image)
+        self.quotas = build_quota_managers(startup.quota, now_ms=wall_clock_ms())
+        self._callbacks = {
+            "PRODUCE": self.quotas.produce.quota_callback,
+            "FETCH": self.quotas.fetch.quota_callback,
+            "REQUEST": self.quotas.request.quota_callback,
+            "CONTROLLER_MUTATION": self.quotas.controller_mutation.quota_callback,
+        }
+        self.binding = ManagerBinding(quotas=self.quotas)
+        self.binding.load(self.image)
+        self.follower.binding = self.binding
+
+    def _call(self, method: str, *args: Any) -> Any:
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            return ray_get(getattr(self._controller, method).remote(*args), self._timeout_s)
+        except (RayActorError, GetTimeoutError) as e:
+            raise Unavailable(f"the config controller is unavailable: {str(e).splitlines()[0]}") from None
+
+    @property
+    def image(self) -> ConfigImage:
+        return self.follower.image
+
+    @property
+    def offset(self) -> int:
+        """The next offset this replica expects (= events applied)."""
+        return self.image.end_offset
+
+    def _pull(self) -> bool:
+        """Apply everything the controller has past our offset; True if anything changed (the controller is
+        asked without holding ``lock``, so resolution goes on meanwhile)."""
+        changed = self.follower.catch_up()
+        if changed:
+            with self.lock:
+                self._keys = {}
+        return changed
+
+    def poll(self) -> bool:
+        """One round: apply the controller's new events, if any."""
+        self.polls += 1
+        return self._pull()
+
+    def catch_up(self, target: int) -> None:
+        """Reach at least ``target`` (a shard said it is there)."""
+        if self.image.end_offset < target:
+            self._pull()
+
+    def resolve(self, items: Sequence[tuple[Any, ...]]) -> tuple[int, list[str]]:
+        """The offset and each item's shard key ``type NUL user-tag NUL client-id-tag``; an item starts
+        with ``(quota type, user, client_id)``: PRODUCE, FETCH, REQUEST or CONTROLLER_MUTATION."""
+        with self.lock:
+            callbacks = self._callbacks
+            cache = self._keys
+            if len(cache) > 500_000:
+                cache = self._keys = {}
+            keys = []
+            append = keys.append
+            for quota_type, user, client_id, *_ in items:
+                key = cache.get((quota_type, user, client_id))
+                if key is None:
+                    user_tag, client_tag = callbacks[quota_type].metric_tags(sanitize(user), client_id)
+                    key = cache[(quota_type, user, client_id)] = f"{quota_type}\x00{user_tag}\x00{client_tag}"
+                append(key)
+            return self.image.end_offset, keys
+
+    def max_values_in_quota_window(self, items: Sequence[tuple[Any, ...]]) -> tuple[int, list[float]]:
+        """The offset and Kafka's ``ClientQuotaManager.getMaxValueInQuotaWindow`` of each item, an item starting
+        with ``(quota type, user, client_id)``, PRODUCE or FETCH: ``limit * (samples - 1) * window seconds`` of
+        the quota its metric tags resolve to, or :data:`DOUBLE_MAX_VALUE` when quotas are disabled or none
+        applies. Kafka resolves the tags through the client's sensors; the tags are the same without them."""
+        with self.lock:
+            managers = {"PRODUCE": self.quotas.produce, "FETCH": self.quotas.fetch}
+            callbacks = self._callbacks
+            values = []
+            append = values.append
+            for quota_type, user, client_id, *_ in items:
+                manager = managers[quota_type]
+                if not manager.quotas_enabled():
+                    append(DOUBLE_MAX_VALUE)
+                    continue
+                callback = callbacks[quota_type]
+                user_tag, client_tag = callback.metric_tags(sanitize(user), client_id)
+                limit = callback.quota_limit(manager.client_quota_type, {USER_TAG: user_tag, CLIENT_ID_TAG: client_tag})
+                if limit is None:
+                    append(DOUBLE_MAX_VALUE)
+                else:
+                    config = manager.config
+                    append(limit * (config.num_quota_samples - 1) * config.quota_window_size_seconds)
+            return self.image.end_offset, values

@@ -1,0 +1,286 @@
+"""The gateway proper: admission, resolution, routing, and the config replica's poll loop.
+
+Every kind of call (usage, un-record, request time, mutations, replication, producer ids, connections,
+telemetry) goes through the same per-shard queues (``_batching``) as a micro-batch for
+``ShardActor.serve_at``: :meth:`Gateway.submit` for the kinds routed by metric tags, :meth:`Gateway.dispatch`
+for kinds keyed by a user, node id or client instance id.
+
+**Which shard: Kafka's two-stage resolution, done twice at the same offset.** The shard key of a tag-routed
+item is ``(quota type, user tag, client-id tag)``, resolved by the :class:`ConfigReplica`, and rendezvous
+hashing over the shard ids picks its owner. The shard resolves the tags again with its own managers (that
+is where the sensor lives), so both must read the same image: every batch carries the gateway's config
+offset (``ShardActor.serve_at``). A shard behind catches up first; a shard ahead records nothing and answers
+its offset: the gateway catches up, resolves and routes those items again, and resends them ahead of what
+is queued. Sending resolved tags instead would need a "record into these tags" entry point in the core; the
+offset fence keeps the core untouched and makes gateway and shard agree on the sensor *and* its limit.
+
+**Propagation delay.** The replica polls the controller (``read_from``) every ``poll_interval_s`` (default
+50 ms) and catches up at once when a shard reports a newer offset. A quota change is therefore used by a
+gateway at most ~``poll_interval_s`` + one controller call after it was acknowledged, and by a shard no
+later than the first batch routed at the new offset (the controller's push usually gets there first). The
+gateway does not subscribe to pushes because it is a driver, not an actor.
+
+**Back-pressure.** At most ``max_in_flight_items`` items are queued or in flight; beyond that
+:meth:`Gateway.admit` waits up to the caller's ``wait_s`` and then raises :class:`Exhausted` with a
+retry-after estimate from the recent completion rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from quotaplane.actors import RendezvousPlacement
+
+from ._batching import Pending, Router, ShardWorker, Unit
+from ._checks import Exhausted, GatewayConfig, Unavailable, wall_clock_ms
+from ._replica import ConfigReplica
+
+__all__ = ["Gateway"]
+
+log = logging.getLogger(__name__)
+
+#: Where exempt request time goes: one shared sensor (Kafka's exempt-request-time), on one shard.
+_EXEMPT_REQUEST_KEY = "REQUEST\x00exempt"
+
+
+class Gateway:
+    """Resolution, routing, back-pressure and the config poll: what every gateway servicer shares (each
+    servicer checks its own requests and builds the shard's items)."""
+
+    def __init__(
+        self,
+        controller: Any,
+        shards: Mapping[str, Any],
+        *,
+        config: GatewayConfig | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        if not shards:
+            raise ValueError("a gateway needs at least one shard")
+        self.config = config or GatewayConfig()
+        self.clock = clock
+        self.stopping = False
+        self._stop = threading.Event()
+        self.replica = ConfigReplica(controller, timeout_s=self.config.shard_timeout_s)
+        self.placement = RendezvousPlacement([str(s) for s in shards])
+        self.workers = {str(s): ShardWorker(self, str(s), h) for s, h in shards.items()}
+        self._owner_cache: dict[str, str] = {}
+        self._in_flight = 0
+        self._room = threading.Condition()
+        self._completed_items = 0
+        #: micro-batches a shard refused because it was at a newer config (each then routed again)
+        self.reroutes = 0
+        #: config polls that failed (the controller unreachable or restarting)
+        self.poll_failures = 0
+        self.poll_failures_logged_at = 0.0
+        #: told False when config polls have failed for ``config_stale_s``, True when they work again
+        self.on_config_health: Callable[[bool], None] = lambda serving: None
+        self._started = time.monotonic()
+        for worker in self.workers.values():
+            worker.start()
+        self._poller = threading.Thread(target=self._poll_loop, name="gateway-config-poll", daemon=True)
+        self._poller.start()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the poller and the shard workers and wait for them (a call in flight gets ``timeout_s``), so
+        nothing of this gateway touches Ray after it returns: Ray may be shut down next."""
+        self.stopping = True
+        self._stop.set()
+        for worker in self.workers.values():
+            with worker.cond:
+                worker.cond.notify_all()
+        deadline = time.monotonic() + timeout_s
+        for thread in [self._poller, *self.workers.values()]:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def config_offset(self) -> int:
+        return self.replica.offset
+
+    def _poll_loop(self) -> None:
+        """Poll the controller; after ``config_stale_s`` without a successful poll the gateway reports
+        NOT_SERVING on gRPC health (``on_config_health(False)``), so a load balancer moves traffic to a
+        gateway that sees the config, and SERVING again once a poll succeeds. It keeps answering from its
+        last image meanwhile (quotas rarely change; refusing all traffic would be worse)."""
+        last_ok = time.monotonic()
+        healthy = True
+        while not self._stop.wait(self.config.poll_interval_s):
+            try:
+                self.replica.poll()
+                last_ok = time.monotonic()
+                if not healthy:
+                    healthy = True
+                    log.warning("config polls succeed again: SERVING")
+                    self.on_config_health(True)
+            except Exception as e:  # keep the last image; the next round retries
+                if self.stopping:
+                    return
+                self.poll_failures += 1
+                reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+                # once per outage, not once per poll (every 50 ms)
+                (log.warning if healthy and self.poll_failures_logged_at != last_ok else log.debug)(
+                    "config poll failed: %s", reason
+                )
+                self.poll_failures_logged_at = last_ok
+                if healthy and time.monotonic() - last_ok > self.config.config_stale_s:
+                    healthy = False
+                    log.warning("no config poll succeeded for %.1f s: NOT_SERVING", self.config.config_stale_s)
+                    self.on_config_health(False)
+
+    # --- admission -------------------------------------------------------------------------------------
+    def _retry_after_ms(self) -> int:
+        elapsed = max(1e-3, time.monotonic() - self._started)
+        rate = max(1_000.0, self._completed_items / elapsed)
+        return int(min(1000, max(1, 1000 * self._in_flight / rate)))
+
+    def admit(self, count: int, wait_s: float) -> None:
+        """Reserve room for ``count`` items, waiting up to ``wait_s``; Exhausted if there is none."""
+        deadline = time.monotonic() + wait_s
+        with self._room:
+            while self._in_flight + count > self.config.max_in_flight_items and self._in_flight > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Exhausted(
+                        f"the gateway is full ({self._in_flight} items in flight); retry later",
+                        self._retry_after_ms(),
+                    )
+                self._room.wait(left)
+            self._in_flight += count
+
+    def finish(self, pending: Pending, error: Exception | None = None) -> None:
+        """A request is answered (or failed): give its room back once."""
+        if error is not None and not pending.fail(error):
+            return
+        with self._room:
+            self._in_flight -= len(pending.items)
+            self._completed_items += len(pending.items)
+            self._room.notify_all()
+
+    # --- routing ---------------------------------------------------------------------------------------
+    def _owner(self, key: str) -> str:
+        owner = self._owner_cache.get(key)
+        if owner is None:
+            if len(self._owner_cache) > 100_000:
+                self._owner_cache.clear()
+            owner = self._owner_cache[key] = self.placement.owner(key)
+        return owner
+
+    def _route(self, pending: Pending, indices: Sequence[int] | None = None, *, front: bool = False) -> None:
+        items = pending.items
+        chosen = range(len(items)) if indices is None else indices
+        offset, keys = pending.route(items, indices)
+        groups: dict[str, list[int]] = {}
+        owner = self._owner
+        for index, key in zip(chosen, keys, strict=True):
+            shard = owner(key)
+            group = groups.get(shard)
+            if group is None:
+                groups[shard] = [index]
+            else:
+                group.append(index)
+        sizes = pending.sizes
+        for shard, group in groups.items():
+            size = sum(sizes[i] for i in group) if sizes is not None else 0
+            self.workers[shard].put([Unit(pending, group, offset, size)], front=front)
+
+    def reroute(self, units: Sequence[Unit], shard_offset: int) -> None:
+        """A shard was at a newer config than these items were routed at: catch up, route them again,
+        ahead of what is queued (so a shard still sees each stream's items in order)."""
+        self.reroutes += 1
+        try:
+            self.replica.catch_up(shard_offset)
+        except Exception as e:
+            for unit in units:
+                self.finish(unit.pending, error=Unavailable(f"cannot catch up with the config: {e}"))
+            return
+        for unit in reversed(units):
+            pending = unit.pending
+            pending.reroutes += 1
+            if pending.reroutes > self.config.max_reroutes * max(1, len(self.workers)):
+                self.finish(pending, error=Unavailable("the shards' config keeps moving; retry"))
+                continue
+            self._route(pending, unit.indices, front=True)
+
+    def submit(
+        self,
+        kind: str,
+        items: list[Any],
+        wait_s: float,
+        route: Router | None = None,
+        *,
+        sizes: Sequence[int] | None = None,
+    ) -> Pending:
+        """Admit, route and queue a validated batch; the caller waits on ``pending.done``. ``route`` gives
+        ``(config offset, shard keys)`` of the items at some indices (None: all); by default each item's
+        metric tags, for items that start ``(quota type, user, client_id)``."""
+        self.admit(len(items), wait_s)
+        pending = Pending(kind, items, route if route is not None else self._resolve_tags)
+        if sizes is not None:
+            if len(sizes) != len(items):
+                raise ValueError(f"{len(items)} items but {len(sizes)} sizes")
+            pending.sizes = list(sizes)
+        try:
+            self._route(pending)
+        except Exception as e:
+            self.finish(pending, error=e if isinstance(e, Unavailable) else Unavailable(str(e)))
+        return pending
+
+    def wait(self, pending: Pending) -> tuple[int, list[Any]]:
+        """Wait for a submitted batch: ``(config offset, results in the items' order)``, or its error."""
+        if not pending.done.wait(self.config.shard_timeout_s + 5):
+            raise Unavailable("the shards did not answer in time")
+        if pending.error is not None:
+            raise pending.error
+        return pending.offset, pending.results
+
+    def resolve_by(self, tags: list[tuple[str, str, str]], exempt: Sequence[bool] | None = None) -> Router:
+        """A router resolving item i by ``tags[i]`` (its own metric tags; ``exempt[i]``: the exempt key)."""
+
+        def route(_items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
+            chosen = range(len(tags)) if indices is None else indices
+            offset, keys = self.replica.resolve([tags[i] for i in chosen])
+            if exempt is not None:
+                keys = [_EXEMPT_REQUEST_KEY if exempt[i] else key for i, key in zip(chosen, keys, strict=True)]
+            return offset, keys
+
+        return route
+
+    def dispatch(
+        self,
+        kind: str,
+        items: list[Any],
+        keys: Sequence[str],
+        *,
+        wait_s: float = 0.0,
+        sizes: Sequence[int] | None = None,
+    ) -> tuple[int, list[Any]]:
+        """Serve ``items`` of ``kind`` on the shards owning ``keys`` (one per item): micro-batched per shard
+        with everything else queued for it, ``ShardActor.serve_at(kind, offset, items)`` on each, and
+        ``(config offset, results in the items' order)`` back. For kinds keyed without config (a user, a
+        node, a client instance id); fenced kinds are routed by metric tags (``submit``).
+        ``sizes`` (bytes per item) bounds the bytes of one shard call (``max_shard_batch_bytes``).
+        Raises Unavailable / Exhausted (after waiting ``wait_s`` for room)."""
+        if len(keys) != len(items):
+            raise ValueError(f"{len(items)} items but {len(keys)} keys")
+        fixed = list(keys)
+
+        def route(_items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
+            return self.replica.offset, fixed if indices is None else [fixed[i] for i in indices]
+
+        return self.wait(self.submit(kind, items, wait_s, route, sizes=sizes))
+
+    def _resolve_tags(self, items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
+        return self.replica.resolve(items if indices is None else [items[i] for i in indices])
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "config_offset": self.replica.offset,
+            "in_flight_items": self._in_flight,
+            "reroutes": self.reroutes,
+            "shards": {s: {"batches": w.batches, "items": w.items} for s, w in self.workers.items()},
+        }

@@ -1,0 +1,56 @@
+"""What every part of the launcher shares: its defaults, its one error, and how it names an address.
+
+Kept apart so the checks, the Ray start-up, the servers and the :class:`~quotaplane.services.launcher.Cluster`
+handle can each be read alone without importing one another.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "DEFAULT_ADMIN_PORT",
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_FRONTEND_PORT",
+    "DEFAULT_GATEWAY_PORT",
+    "DEFAULT_HOST",
+    "DEFAULT_METRICS_PORT",
+    "DEFAULT_SHARDS",
+    "LOCK_FILE",
+    "NAMESPACE",
+    "LaunchError",
+    "first_line",
+    "host_port",
+]
+
+DEFAULT_DATA_DIR = "quotaplane-data"
+#: One shard per core: a shard runs one call at a time, so more shards than cores only add switching.
+DEFAULT_SHARDS = max(1, os.cpu_count() or 1)
+DEFAULT_ADMIN_PORT = 9093
+DEFAULT_GATEWAY_PORT = 9094
+#: Prometheus' conventional exporter range; the shipped deploy/prometheus/prometheus.yml scrapes it.
+DEFAULT_METRICS_PORT = 9464
+#: Kafka's own port: the Kafka-facing frontend answers clients that know nothing but a bootstrap server.
+DEFAULT_FRONTEND_PORT = 9092
+DEFAULT_HOST = "127.0.0.1"
+NAMESPACE = "quotaplane"
+LOCK_FILE = "up.lock"
+
+
+class LaunchError(Exception):
+    """A reason ``up`` cannot start (or stopped), as one line for the operator."""
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line: its message's first line, else its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets.
+
+    >>> host_port("127.0.0.1", 9093), host_port("::1", 9093)
+    ('127.0.0.1:9093', '[::1]:9093')
+    """
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"

@@ -1,0 +1,116 @@
+"""The servers ``up`` runs in this process, over the cluster's actors, and the check that each answers.
+
+Ready means answering: each gRPC listener is checked as a client sees it (the gRPC health check says
+SERVING) before ``launch`` returns. This process holds no client certificate, so with TLS the readiness
+check is a TLS handshake with the listener instead (both servers set SERVING before they listen, so an
+answering listener is a serving one). The metrics endpoint stays plain HTTP: Prometheus scrapes it, and
+it changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._common import LaunchError, first_line, host_port
+
+if TYPE_CHECKING:
+    from ._cluster import Cluster
+
+__all__ = ["start_admin", "start_frontend", "start_gateway", "start_metrics"]
+
+
+def _check_health(
+    address: str, timeout_s: float, service: str | None = None, what: str = "admin service", *, tls: bool = False
+) -> None:
+    """A gRPC health check (default: the AdminService's), as a client sees it; for a TLS listener, a TLS
+    handshake (see the module docstring: this process cannot be the listener's client). LaunchError (one
+    line) if it is not serving or does not answer."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from quotaplane.services._security import check_tls_answers
+    from quotaplane.services.admin import SERVICE_NAME
+
+    try:
+        if tls:
+            host, _, port = address.rpartition(":")
+            check_tls_answers(host, int(port), timeout_s)
+            return
+        with grpc.insecure_channel(address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            request = health_pb2.HealthCheckRequest(service=SERVICE_NAME if service is None else service)
+            response = stub.Check(request, timeout=timeout_s)
+    except Exception as e:
+        raise LaunchError(f"the {what} at {address} does not answer: {first_line(e)}") from None
+    if response.status != health_pb2.HealthCheckResponse.SERVING:
+        raise LaunchError(f"the {what} at {address} is not serving ({response.status})")
+
+
+def start_admin(cluster: Cluster, timeout_s: float) -> None:
+    """The AdminService backed by the cluster's controller (:class:`ControllerBackend`); ready when it answers."""
+    from quotaplane.services.admin import ControllerBackend, serve
+
+    try:
+        cluster.server, cluster.admin_port = serve(
+            ControllerBackend(cluster.controller),
+            host_port(cluster.host, cluster.admin_port),
+            security=cluster.security,
+        )
+    except OSError as e:
+        raise LaunchError(f"{first_line(e)} for the admin service") from None
+    _check_health(cluster.admin_address, timeout_s, tls=cluster.security is not None and cluster.security.tls)
+
+
+def start_gateway(cluster: Cluster, timeout_s: float) -> None:
+    """The usage gateway in this process, over the cluster's controller and shards; ready when it answers."""
+    from quotaplane.services.gateway import QUOTA_SERVICE_NAME, serve_gateway
+
+    assert cluster.gateway_port is not None
+    try:
+        cluster.gateway_server, cluster.gateway_port, cluster.gateway = serve_gateway(
+            cluster.controller, cluster.shards, host_port(cluster.host, cluster.gateway_port), security=cluster.security
+        )
+    except OSError as e:
+        raise LaunchError(f"{first_line(e)} for the usage gateway") from None
+    except Exception as e:
+        raise LaunchError(f"the usage gateway did not start: {first_line(e)}") from None
+    gateway_address = cluster.gateway_address
+    assert gateway_address is not None
+    tls = cluster.security is not None and cluster.security.tls
+    _check_health(gateway_address, timeout_s, QUOTA_SERVICE_NAME, "usage gateway", tls=tls)
+
+
+def start_frontend(cluster: Cluster) -> None:
+    """The Kafka-facing frontend in this process (a thread with its own event loop), a gRPC client of the
+    gateway and the AdminService like any other frontend. With operator credentials on the AdminService it
+    presents a token of its own, made up here for this run (``launch`` added its digest to the accepted
+    ones): it authorizes Kafka principals itself, by its operator list, as a broker's authorizer does."""
+    from quotaplane.services.frontend import FrontendServer, GrpcTarget, KafkaListener
+
+    assert cluster.frontend_port is not None and cluster.gateway_address is not None
+    listener = cluster.kafka_listener or KafkaListener()
+    try:
+        config = listener.config(
+            GrpcTarget(cluster.gateway_address),
+            GrpcTarget(cluster.admin_address, token=cluster._frontend_token),
+            cluster.host,
+            cluster.frontend_port,
+        )
+        frontend = FrontendServer(config)
+        frontend.start()
+    except (OSError, ValueError) as e:
+        raise LaunchError(first_line(e)) from None
+    cluster.frontend = frontend
+    cluster.frontend_port = frontend.port
+
+
+def start_metrics(cluster: Cluster) -> None:
+    """The Prometheus endpoint over the cluster's controller and shards."""
+    from quotaplane.services.metrics import start_metrics_endpoint
+
+    try:
+        cluster.metrics, cluster.metrics_port = start_metrics_endpoint(
+            cluster.controller, cluster.shards, host=cluster.host, port=cluster.metrics_port
+        )
+    except OSError as e:
+        raise LaunchError(f"{first_line(e)} for the metrics endpoint") from None

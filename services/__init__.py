@@ -1,1 +1,0 @@
-"""Processes around the core: the command line now; gateway, frontend and launcher later."""

@@ -1,0 +1,330 @@
+"""Kafka's quotas through the proxy, against a real Tansu upstream: fetch (cap, record, un-record, the empty
+throttled answer), KIP-936 producer ids from batch headers, one budget across two proxies, a proxy restart
+and an upstream that dies."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from quotaplane.protocol import ApiKey, MetadataRequest, ProduceRequest, decode_response, encode_request
+from quotaplane.protocol.fetch import fetch_limits
+from quotaplane.quota import (
+    ClientQuotaEntity,
+    ClientQuotaManager,
+    ClientQuotaManagerConfig,
+    ProducerIdQuotaManager,
+    ProducerIdQuotaManagerConfig,
+    QuotaType,
+)
+from quotaplane.services.frontend import FrontendServer, serve_frontend
+from quotaplane.services.proxy import ProxyConfig
+from tests.services.frontend.conftest import WireClient, wait_until
+
+from .conftest import TANSU_NODE_ID, Proxied, Tansu, broker_port_base, start_tansu
+from .test_proxy import broker_client, create_topic, produce_checked, produce_request, record_batch
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def set_quota(proxied: Proxied, key: str, value: float, client_id: str | None) -> None:
+    entity = ["--entity-type", "users", "--entity-name", "ANONYMOUS"]
+    if client_id is not None:
+        entity += ["--entity-type", "clients", "--entity-name", client_id]
+    proxied.cli("quotas", "--alter", "--add-config", f"{key}={value:g}", *entity)
+    assert wait_until(lambda: proxied.cluster.gateway.config_offset >= proxied.cluster.status().end_offset)
+
+
+def fetch_frame(topic: str, version: int, client_id: str, *, max_bytes: int = 50 * 1024 * 1024) -> bytes:
+    """A Fetch v4-v11 request for partition 0 of ``topic`` from offset 0, built by hand (the codec has no Fetch
+    schema: the proxy never decodes one)."""
+    name = topic.encode()
+    body = struct.pack(">iiiib", -1, 500, 1, max_bytes, 0)
+    if version >= 7:
+        body += struct.pack(">ii", 0, -1)  # no session
+    body += struct.pack(">ih", 1, len(name)) + name + struct.pack(">ii", 1, 0)
+    body += struct.pack(">iq", -1, 0) if version >= 9 else struct.pack(">q", 0)
+    body += struct.pack(">q", -1) if version >= 5 else b""
+    body += struct.pack(">i", 1024 * 1024)
+    if version >= 7:
+        body += struct.pack(">i", 0)  # forgotten topics
+    if version >= 11:
+        body += struct.pack(">h", 0)  # rack id ""
+    header = struct.pack(">hhih", ApiKey.FETCH, version, 1, len(client_id)) + client_id.encode()
+    return header + body
+
+
+def raw_call(client: WireClient, frame: bytes) -> bytes:
+    client.send_raw(len(frame).to_bytes(4, "big") + frame)
+    answer = client.read_frame()
+    assert answer is not None, "the proxy closed the connection"
+    return answer
+
+
+def throttle_of_fetch_response(frame: bytes) -> int:
+    return int.from_bytes(frame[4:8], "big", signed=True)  # v1-v11: header (4 bytes), then throttle_time_ms
+
+
+def first_record_throttle(quota_type: QuotaType, client_id: str, quota: float, size: int) -> int:
+    manager = ClientQuotaManager(ClientQuotaManagerConfig(), quota_type)
+    manager.update_quota(ClientQuotaEntity(user="ANONYMOUS", client_id=client_id), quota)
+    return manager.record_and_get_throttle_time_ms("ANONYMOUS", client_id, float(size), 1_700_000_000_000)
+
+
+# --- fetch -------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fetch_topic(proxied: Proxied) -> str:
+    create_topic(proxied, "fetched", 1)
+    produce_checked(proxied, "fetched", 120, {"client.id": "filler"})
+    return "fetched"
+
+
+def test_fetch_cap_is_the_cores_max_value_in_quota_window(proxied: Proxied, fetch_topic: str) -> None:
+    set_quota(proxied, "consumer_byte_rate", 7000, "capped")
+    client = broker_client(proxied, "capped")
+    try:
+        raw_call(client, fetch_frame(fetch_topic, 11, "capped", max_bytes=10))  # under the cap: fetched
+    finally:
+        client.close()
+    manager = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.FETCH)
+    manager.update_quota(ClientQuotaEntity(user="ANONYMOUS", client_id="capped"), 7000.0)
+    expected = manager.max_value_in_quota_window("ANONYMOUS", "capped", 1_700_000_000_000)
+    assert expected == 7000.0 * 10 and proxied.frontend.fetch_caps[("ANONYMOUS", "capped")][0] == expected
+
+
+def second_record_throttle(quota_type: QuotaType, client_id: str, quota: float, size: int, gap_ms: int) -> int:
+    """The core's throttle for a second record of ``size`` bytes ``gap_ms`` after the first."""
+    manager = ClientQuotaManager(ClientQuotaManagerConfig(), quota_type)
+    manager.update_quota(ClientQuotaEntity(user="ANONYMOUS", client_id=client_id), quota)
+    t0 = 1_700_000_000_000
+    manager.record_and_get_throttle_time_ms("ANONYMOUS", client_id, float(size), t0)
+    return manager.record_and_get_throttle_time_ms("ANONYMOUS", client_id, float(size), t0 + gap_ms)
+
+
+@pytest.mark.parametrize("version", [4, 7, 11])
+def test_a_throttled_fetch_is_answered_empty_with_the_cores_throttle(
+    proxied: Proxied, fetch_topic: str, version: int
+) -> None:
+    """Kafka caps a fetch at the quota's max value in one window, exactly what a first fetch may take
+    unthrottled; so the same fetch twice: the second is throttled, un-recorded and answered empty."""
+    client_id = f"throttled-reader-{version}"
+    set_quota(proxied, "consumer_byte_rate", 5000, client_id)
+    cap = 5000 * 10
+    # the same (capped) fetch by an unthrottled client: the response size the throttled one records
+    free = broker_client(proxied, "free-reader")
+    try:
+        size = len(raw_call(free, fetch_frame(fetch_topic, version, "free-reader", max_bytes=cap)))
+    finally:
+        free.close()
+    assert size > 10_000  # records came back
+    before = proxied.frontend.stats.throttled_fetches
+    client = broker_client(proxied, client_id)
+    try:
+        first = raw_call(client, fetch_frame(fetch_topic, version, client_id))  # 50 MiB asked: capped
+        second = raw_call(client, fetch_frame(fetch_topic, version, client_id)) if len(first) == size else None
+    finally:
+        client.close()
+    if second is None:  # the upstream sent more than max_bytes (KIP-74: a first batch larger than the limit)
+        assert throttle_of_fetch_response(first) == first_record_throttle(QuotaType.FETCH, client_id, 5000.0, size)
+        second = first
+    else:
+        assert throttle_of_fetch_response(first) == first_record_throttle(QuotaType.FETCH, client_id, 5000.0, size)
+        low = second_record_throttle(QuotaType.FETCH, client_id, 5000.0, size, 999)
+        high = second_record_throttle(QuotaType.FETCH, client_id, 5000.0, size, 0)
+        assert 0 < low <= throttle_of_fetch_response(second) <= high
+    assert len(second) < 32  # Kafka's empty throttled response: no partitions
+    assert proxied.frontend.stats.throttled_fetches == before + 1
+
+
+def test_a_throttled_consumer_reads_everything_once_in_order(proxied: Proxied) -> None:
+    """~1.2 MB at 60 kB/s: Kafka lets the first ~600 kB (10 s of quota) through, then throttles. Every single
+    response must stay under the cap (10 s of quota): Tansu ignores max_bytes and answers ~220 kB at most."""
+    create_topic(proxied, "drip", 1)
+    produced = produce_checked(proxied, "drip", 1200, {"client.id": "drip-filler"})
+    set_quota(proxied, "consumer_byte_rate", 60000, "drip-reader")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": proxied.bootstrap,
+            "group.id": "drip",
+            "client.id": "drip-reader",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 1024 * 1024,
+        }
+    )
+    consumer.assign([TopicPartition("drip", 0, 0)])
+    seen: list[int] = []
+
+    deadline = time.monotonic() + 90
+    try:
+        while len(seen) < 1200 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                seen.append(json.loads(message.value())["seq"])
+    finally:
+        consumer.close()
+    assert seen == produced["acked"][0]  # once each, in order, although fetches were answered empty
+    assert proxied.frontend.stats.throttled_fetches > 0
+
+
+def test_fetch_limits_of_a_real_librdkafka_fetch_parse(proxied: Proxied) -> None:
+    """The proxy parsed every Fetch librdkafka sent above (a wrong offset would have closed connections)."""
+    assert proxied.frontend.stats.protocol_errors == 0
+    assert fetch_limits(fetch_frame("t", 11, "c"), 11).max_bytes == 50 * 1024 * 1024
+
+
+# --- KIP-936 producer ids --------------------------------------------------------------------------------------
+def test_new_producer_ids_beyond_the_rate_throttle_the_produce(proxied: Proxied) -> None:
+    create_topic(proxied, "pids", 1)
+    proxied.cli(
+        "quotas",
+        "--alter",
+        "--add-config",
+        "producer_ids_rate=0.0001",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "ANONYMOUS",
+    )
+    assert wait_until(lambda: proxied.cluster.gateway.config_offset >= proxied.cluster.status().end_offset)
+    ids = list(range(7_000_001, 7_000_009))
+    batches = b"".join(record_batch([b"p"], producer_id=pid, epoch=0, sequence=0) for pid in ids)
+    Topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest(
+        acks=1, timeout_ms=10_000, topic_data=[Topic("pids", [Topic.PartitionProduceData(0, batches)])]
+    )
+    client = broker_client(proxied, "pid-churner")
+    try:
+        answer = client.call(ApiKey.PRODUCE, 7, request)
+    finally:
+        client.close()
+    core = ProducerIdQuotaManager(ProducerIdQuotaManagerConfig())
+    core.update_quota("ANONYMOUS", 0.0001)
+    expected = max(core.record_and_get_throttle_time_ms("ANONYMOUS", pid, 1_700_000_000_000) for pid in ids)
+    assert expected > 0 and answer.throttle_time_ms == expected
+    proxied.cli(
+        "quotas",
+        "--alter",
+        "--delete-config",
+        "producer_ids_rate",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "ANONYMOUS",
+    )
+
+
+# --- several proxies, restarts, upstream failures ------------------------------------------------------------------
+@pytest.fixture
+def second_proxy(proxied: Proxied) -> Iterator[FrontendServer]:
+    server = serve_frontend(
+        proxied.cluster.gateway_address,
+        proxied.cluster.admin_address,
+        port=0,
+        upstream=ProxyConfig(bootstrap=proxied.tansu.bootstrap, broker_port_base=broker_port_base()),
+    )
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_two_proxies_share_one_budget(proxied: Proxied, second_proxy: FrontendServer) -> None:
+    create_topic(proxied, "shared", 1)
+    set_quota(proxied, "producer_byte_rate", 5000, "two-proxies")
+    request = produce_request("shared", record_batch([b"s" * 1000] * 60))
+    size = len(encode_request(ApiKey.PRODUCE, 7, 1, request, client_id="two-proxies")) - 4
+    throttles = []
+    for port in (
+        proxied.frontend.proxy.brokers.proxy_port(TANSU_NODE_ID),
+        second_proxy.proxy.brokers.proxy_port(TANSU_NODE_ID),
+    ):
+        client = WireClient(port, client_id="two-proxies")
+        try:
+            throttles.append(client.call(ApiKey.PRODUCE, 7, request).throttle_time_ms)
+        finally:
+            client.close()
+    assert throttles[0] == first_record_throttle(QuotaType.PRODUCE, "two-proxies", 5000.0, size)
+    # the second proxy's answer counts both requests: 2 * size over a window of 10 s plus the gap between them
+    low = second_record_throttle(QuotaType.PRODUCE, "two-proxies", 5000.0, size, 999)
+    high = second_record_throttle(QuotaType.PRODUCE, "two-proxies", 5000.0, size, 0)
+    assert 0 < low <= throttles[1] <= high
+
+
+def test_a_restarted_proxy_loses_and_duplicates_nothing(proxied: Proxied) -> None:
+    create_topic(proxied, "restarts", 2)
+    base = broker_port_base()
+    upstream = ProxyConfig(bootstrap=proxied.tansu.bootstrap, broker_port_base=base)
+    gateway, admin = proxied.cluster.gateway_address, proxied.cluster.admin_address
+    first = serve_frontend(gateway, admin, port=0, upstream=upstream)
+    port = first.port
+    acked: list[tuple[int, int]] = []
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True, "linger.ms": 5})
+
+    def delivered(err: Any, message: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.append((message.partition(), int(message.value())))
+
+    try:
+        for seq in range(300):
+            producer.produce("restarts", key=str(seq % 5).encode(), value=str(seq).encode(), on_delivery=delivered)
+            if seq == 150:
+                producer.flush(30)
+                first.close()  # every connection drops
+                first = serve_frontend(gateway, admin, port=port, upstream=upstream)
+        assert producer.flush(60) == 0
+    finally:
+        first.close()
+    assert errors == []
+    consumer = Consumer({"bootstrap.servers": proxied.bootstrap, "group.id": "restarts", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("restarts", p, 0) for p in (0, 1)])
+    got: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 300 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            got.append((message.partition(), int(message.value())))
+    consumer.close()
+    for partition in (0, 1):
+        assert [s for p, s in got if p == partition] == [s for p, s in acked if p == partition]
+    assert sorted(s for _, s in got) == list(range(300))
+
+
+def test_an_upstream_that_dies_closes_its_clients_and_the_proxy_serves_others(
+    proxied: Proxied, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    doomed: Tansu = start_tansu(tmp_path_factory.mktemp("doomed"))
+    server = serve_frontend(
+        proxied.cluster.gateway_address,
+        proxied.cluster.admin_address,
+        port=0,
+        upstream=ProxyConfig(bootstrap=doomed.bootstrap, broker_port_base=broker_port_base()),
+    )
+    try:
+        client = WireClient(server.proxy.brokers.proxy_port(TANSU_NODE_ID), client_id="orphan")
+        assert client.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
+        doomed.stop()
+        client.send_raw(encode_request(ApiKey.METADATA, 4, 99, MetadataRequest(topics=None), client_id="orphan"))
+        assert client.closed_by_server()
+        client.close()
+        assert server.stats.upstream_errors >= 1
+        again = WireClient(server.port, client_id="late")  # a new connection: the upstream is gone, closed too
+        again.send_raw(encode_request(ApiKey.METADATA, 4, 1, MetadataRequest(topics=None), client_id="late"))
+        assert again.closed_by_server()
+        again.close()
+    finally:
+        server.close()
+        doomed.stop()
+    other = broker_client(proxied, "unaffected")  # the main proxy keeps serving
+    try:
+        assert decode_response(3, 4, raw_call(other, encode_request(3, 4, 1, MetadataRequest(topics=None))[4:])).body
+    finally:
+        other.close()

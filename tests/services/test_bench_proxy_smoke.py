@@ -1,0 +1,57 @@
+"""``bench/proxy.py --quick`` runs end to end against a real Tansu and prints its JSON report (no timing
+asserts: the figures depend on the machine, only their presence and the counts are checked)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "proxy.py"
+
+
+def test_proxy_bench_quick_prints_its_report(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--quick",
+            "--messages",
+            "2000",
+            "--latency-messages",
+            "50",
+            "--budget-seconds",
+            "4",
+            "--warmup-seconds",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["benchmark"] == "proxy"
+    assert set(report) >= {"workload", "results", "machine"}
+    assert set(report["results"]) >= {"unthrottled", "fleet_budget"}
+    unthrottled = report["results"]["unthrottled"]
+    assert set(unthrottled) >= {"direct", "proxy", "ratios", "added_p99_ms"}
+    for target in ("direct", "proxy"):
+        assert set(unthrottled[target]) == {"produce", "consume", "latency"}
+        assert unthrottled[target]["produce"]["messages_acked"] == 2000
+        assert unthrottled[target]["consume"]["messages"] == 2000
+        assert set(unthrottled[target]["produce"]) >= {"mb_per_s", "msgs_per_s", "delivery_p50_ms", "delivery_p99_ms"}
+        assert set(unthrottled[target]["latency"]) >= {"p50_ms", "p99_ms"}
+    assert set(unthrottled["ratios"]) >= {"produce_mb_per_s", "consume_mb_per_s"}
+    budget = report["results"]["fleet_budget"]
+    assert budget["proxies"] == 2 and budget["errors"] == 0 and budget["acked_bytes"] > 0
+    assert set(budget) >= {
+        "quota_bytes_per_s",
+        "whole_run_bytes_per_s",
+        "whole_run_ratio",
+        "after_warmup_bytes_per_s",
+        "after_warmup_ratio",
+        "client_throttle_max_ms",
+    }
