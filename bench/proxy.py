@@ -21,15 +21,17 @@ What it measures
        - ``consume``: a consumer ``assign()`` s every partition of the produced topic from offset 0 and reads
          all of it; MB/s and msgs/s from ``assign()`` to the last message.
        plus ``ratios`` (proxy / direct).
-    2. ``fleet_budget``: a second proxying frontend (``serve_frontend``) on the same cluster, a tenant
-       (``User:ANONYMOUS`` with client id ``budget-tenant``) given ``producer_byte_rate=--quota`` through the
-       CLI, and one producer per proxy with that client id producing as fast as it may for
-       ``--budget-seconds``. Kafka lets a new client burst about one quota window (~10 s of quota) before
-       throttling, so the acknowledged payload rate is reported over the whole run and after
-       ``--warmup-seconds``, beside the quota (ratio ~1: one budget across both proxies; ~2 would be one per
-       proxy). The throttle the clients saw is librdkafka's statistics (``brokers[*].throttle``: max of the
-       per-interval max, mean of the per-interval avg). Acknowledged bytes are message payloads; the quota
-       counts whole Produce requests (a little more: batch and request headers).
+    2. ``fleet_budget``: a second proxying frontend (``serve_frontend``) on the same cluster and a tenant
+       (``User:ANONYMOUS`` with the run's client id) given ``producer_byte_rate=--quota`` through the CLI.
+       Baseline: one producer through one proxy, as fast as it may for ``--budget-seconds``, i.e. what one
+       Kafka broker enforcing that quota lets through. Then, with a fresh client id and the same quota, one
+       producer per proxy: with one budget across the fleet the two let through what the one did
+       (``two_over_one`` ~1; ~2 would be a budget per proxy). Kafka lets a new client burst about one quota
+       window (~10 s of quota) before throttling, and lets a burst through again when that window's samples
+       expire, so the acknowledged payload rate is reported over the whole run and after ``--warmup-seconds``,
+       beside the quota. The throttle the clients saw is librdkafka's statistics (``brokers[*].throttle``:
+       max of the per-interval max, mean of the per-interval avg). Acknowledged bytes are message payloads;
+       the quota counts whole Produce requests (a little more: batch and request headers).
 
 Output: one JSON object on stdout. Run: ``.venv/bin/python bench/proxy.py [--quick] [--messages N]
 [--message-bytes B] [--partitions P] [--budget-seconds S]``.
@@ -57,7 +59,6 @@ from _machine import machine
 
 #: Tansu presents itself as node 111 (it has no node-id option): ``broker_port_base + 111`` must be free.
 TANSU_NODE_ID = 111
-BUDGET_CLIENT_ID = "budget-tenant"
 
 
 def free_port() -> int:
@@ -228,7 +229,9 @@ def _consume_job(bootstrap: str, topic: str, partitions: int, expected: int) -> 
     }
 
 
-def _budget_job(bootstrap: str, topic: str, size: int, start_at: float, seconds: float, seed: int) -> dict[str, Any]:
+def _budget_job(
+    bootstrap: str, topic: str, client_id: str, size: int, start_at: float, seconds: float, seed: int
+) -> dict[str, Any]:
     """The quota'd tenant at full speed from ``start_at`` (wall clock, shared by the producers) for ``seconds``:
     acknowledged payload bytes per second of the run, and the throttle librdkafka's statistics saw."""
     from confluent_kafka import Producer
@@ -257,7 +260,7 @@ def _budget_job(bootstrap: str, topic: str, size: int, start_at: float, seconds:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "client.id": BUDGET_CLIENT_ID,
+            "client.id": client_id,
             "statistics.interval.ms": 1000,
             "stats_cb": statistics,
             "queue.buffering.max.kbytes": 16384,
@@ -317,12 +320,12 @@ def unthrottled(pool: Any, targets: dict[str, str], args: argparse.Namespace) ->
     return out
 
 
-def fleet_budget(pool: Any, cluster: Any, bootstraps: list[str], args: argparse.Namespace) -> dict[str, Any]:
+def set_quota(cluster: Any, client_id: str, quota: int) -> None:
+    """``quotaplane quotas --alter`` as an operator runs it, then wait until the gateway has it."""
     from quotaplane.services.cli import main as cli
 
-    entity = ["--entity-type", "users", "--entity-name", "ANONYMOUS"]
-    entity += ["--entity-type", "clients", "--entity-name", BUDGET_CLIENT_ID]
-    command = ["quotas", "--alter", "--add-config", f"producer_byte_rate={args.quota}", *entity]
+    entity = ["--entity-type", "users", "--entity-name", "ANONYMOUS", "--entity-type", "clients", "--entity-name"]
+    command = ["quotas", "--alter", "--add-config", f"producer_byte_rate={quota}", *entity, client_id]
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON report
         if cli([*command, "--bootstrap-server", cluster.admin_address]) != 0:
             raise SystemExit("setting the quota failed")
@@ -330,26 +333,29 @@ def fleet_budget(pool: Any, cluster: Any, bootstraps: list[str], args: argparse.
     deadline = time.monotonic() + 30
     while cluster.gateway.config_offset < cluster.status().end_offset and time.monotonic() < deadline:
         time.sleep(0.05)
-    start_at = time.time() + 3
+
+
+def budget_run(pool: Any, client_id: str, bootstraps: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """One producer per bootstrap, all with ``client_id``, at full speed for ``--budget-seconds``."""
     seconds = args.budget_seconds
+    start_at = time.time() + 3
     jobs = [
-        pool.apply_async(_budget_job, (b, "bench-budget", args.message_bytes, start_at, seconds, args.seed + k))
+        pool.apply_async(
+            _budget_job, (b, "bench-budget", client_id, args.message_bytes, start_at, seconds, args.seed + k)
+        )
         for k, b in enumerate(bootstraps)
     ]
     parts = [job.get(timeout=seconds + 120) for job in jobs]
     per_second = [sum(p["per_second_bytes"][s] for p in parts) for s in range(int(seconds))]
-    warm = int(args.warmup_seconds)
-    after = per_second[warm:]
+    after = per_second[int(args.warmup_seconds) :]
     whole = sum(per_second) / seconds
     steady = sum(after) / len(after) if after else None
     return {
-        "quota_bytes_per_s": args.quota,
         "proxies": len(bootstraps),
-        "seconds": seconds,
+        "client_id": client_id,
         "acked_bytes": sum(per_second),
         "whole_run_bytes_per_s": round(whole),
         "whole_run_ratio": round(whole / args.quota, 3),
-        "after_warmup_from_s": warm,
         "after_warmup_bytes_per_s": round(steady) if steady is not None else None,
         "after_warmup_ratio": round(steady / args.quota, 3) if steady is not None else None,
         "per_second_bytes": per_second,
@@ -357,6 +363,28 @@ def fleet_budget(pool: Any, cluster: Any, bootstraps: list[str], args: argparse.
         "client_throttle_max_ms": max(p["throttle_max_ms"] for p in parts),
         "client_throttle_avg_ms": [p["throttle_avg_ms"] for p in parts],
         "errors": sum(p["errors"] for p in parts),
+    }
+
+
+def fleet_budget(pool: Any, cluster: Any, bootstraps: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """The same quota, tenant and duration through one proxy (the baseline: what one Kafka broker would let
+    through) and through two: a fleet-wide budget lets the two through no more than the one."""
+    set_quota(cluster, "budget-one-proxy", args.quota)
+    set_quota(cluster, "budget-two-proxies", args.quota)
+    one = budget_run(pool, "budget-one-proxy", bootstraps[:1], args)
+    two = budget_run(pool, "budget-two-proxies", bootstraps, args)
+
+    def ratio(key: str) -> float | None:
+        return round(two[key] / one[key], 3) if one[key] and two[key] else None
+
+    return {
+        "quota_bytes_per_s": args.quota,
+        "seconds": args.budget_seconds,
+        "after_warmup_from_s": args.warmup_seconds,
+        "one_proxy": one,
+        "two_proxies": two,
+        "two_over_one_whole_run": ratio("whole_run_bytes_per_s"),
+        "two_over_one_after_warmup": ratio("after_warmup_bytes_per_s"),
     }
 
 
@@ -413,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     upstream=ProxyConfig(bootstrap=upstream, broker_port_base=free_port() - TANSU_NODE_ID),
                 )
                 budget = fleet_budget(pool, cluster, [proxied, f"127.0.0.1:{second.port}"], args)
-                budget["throttled_responses_per_proxy"] = [
+                budget["throttled_responses_per_proxy"] = [  # both runs
                     cluster.frontend.stats.throttled_responses,
                     second.stats.throttled_responses,
                 ]
@@ -438,9 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "gateway and Ray driver in this process; Ray's shard and controller actors and Tansu in their own"
             ),
             "budget": {
-                "quota": f"producer_byte_rate={args.quota} on User:ANONYMOUS, client id {BUDGET_CLIENT_ID}",
-                "proxies": 2,
-                "producers": "one per proxy, full speed, same client id",
+                "quota": f"producer_byte_rate={args.quota} on User:ANONYMOUS and the run's client id",
+                "runs": "one producer through one proxy (baseline), then one per proxy through two, same client id",
                 "seconds": args.budget_seconds,
                 "warmup_seconds": args.warmup_seconds,
             },
@@ -459,8 +486,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine(),
     }
     print(json.dumps(report, indent=2))
-    failed = budget["errors"] or any(
-        figures[t][k]["errors"] for t in ("direct", "proxy") for k in ("produce", "consume", "latency")
+    failed = (
+        budget["one_proxy"]["errors"]
+        or budget["two_proxies"]["errors"]
+        or any(figures[t][k]["errors"] for t in ("direct", "proxy") for k in ("produce", "consume", "latency"))
     )
     complete = all(figures[t]["consume"]["messages"] == args.messages for t in ("direct", "proxy"))
     return 0 if complete and not failed else 1

@@ -21,7 +21,8 @@ Covered: ApiVersions (18) v0-4, Metadata (3) v0-12, GetTelemetrySubscriptions (7
 PushTelemetry (72) v0, ListClientMetricsResources (74) v0, DescribeClientQuotas (48) v0-1,
 AlterClientQuotas (49) v0-1, DescribeConfigs (32) v0-4, IncrementalAlterConfigs (44) v0-1,
 SaslHandshake (17) v0-1, SaslAuthenticate (36) v0-2, and for the proxy Produce (0) v3-9,
-FindCoordinator (10) v0-6, DescribeCluster (60) v0-2; RequestHeader v0-2, ResponseHeader v0-1.
+FindCoordinator (10) v0-6, DescribeCluster (60) v0-2, and the topic mutations CreateTopics (19) v2-7,
+DeleteTopics (20) v1-6, CreatePartitions (37) v0-3; RequestHeader v0-2, ResponseHeader v0-1.
 """
 
 from .codec import (
@@ -41,6 +42,12 @@ from .messages import (
     ApiKey,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
     DescribeClusterRequest,
@@ -80,8 +87,14 @@ __all__ = [
     "ApiKey",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
     "DecodedRequest",
     "DecodedResponse",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
     "DescribeClientQuotasRequest",
     "DescribeClientQuotasResponse",
     "DescribeClusterRequest",

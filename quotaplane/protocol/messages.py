@@ -29,6 +29,12 @@ __all__ = [
     "ApiKey",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
     "DescribeClientQuotasRequest",
     "DescribeClientQuotasResponse",
     "DescribeClusterRequest",
@@ -276,6 +282,95 @@ DESCRIBE_CLUSTER_RESPONSE = _spec(
     f("ClusterAuthorizedOperations", "int32", "0+", default=-(2**31)),
 )  # fmt: skip
 
+# --- topic mutations (19, 20, 37): the controller mutation quota (KIP-599) -----------------------------------
+# The versions of Kafka 4.0 (CreateTopics v0-1 and DeleteTopics v0 were removed there): every one carries
+# ThrottleTimeMs first in its response, so the proxy can answer a mutation throttle in any of them.
+
+CREATE_TOPICS_REQUEST = _spec(
+    "CreateTopicsRequest", "request", ApiKey.CREATE_TOPICS, "2-7", "5+",
+    f("Topics", "[]CreatableTopic", "0+", fields=[
+        f("Name", "string", "0+"),
+        f("NumPartitions", "int32", "0+"),
+        f("ReplicationFactor", "int16", "0+"),
+        f("Assignments", "[]CreatableReplicaAssignment", "0+", fields=[
+            f("PartitionIndex", "int32", "0+"),
+            f("BrokerIds", "[]int32", "0+"),
+        ]),
+        f("Configs", "[]CreatableTopicConfig", "0+", fields=[
+            f("Name", "string", "0+"),
+            f("Value", "string", "0+", nullable="0+"),
+        ]),
+    ]),
+    f("timeoutMs", "int32", "0+", default=60000),
+    f("validateOnly", "bool", "1+", default=False),
+)  # fmt: skip
+
+CREATE_TOPICS_RESPONSE = _spec(
+    "CreateTopicsResponse", "response", ApiKey.CREATE_TOPICS, "2-7", "5+",
+    f("ThrottleTimeMs", "int32", "2+"),
+    f("Topics", "[]CreatableTopicResult", "0+", fields=[
+        f("Name", "string", "0+"),
+        f("TopicId", "uuid", "7+"),
+        f("ErrorCode", "int16", "0+"),
+        f("ErrorMessage", "string", "1+", nullable="0+"),
+        f("TopicConfigErrorCode", "int16", "5+", tag=0, tagged="5+"),
+        f("NumPartitions", "int32", "5+", default=-1),
+        f("ReplicationFactor", "int16", "5+", default=-1),
+        f("Configs", "[]CreatableTopicConfigs", "5+", nullable="5+", fields=[
+            f("Name", "string", "5+"),
+            f("Value", "string", "5+", nullable="5+"),
+            f("ReadOnly", "bool", "5+"),
+            f("ConfigSource", "int8", "5+", default=-1),
+            f("IsSensitive", "bool", "5+"),
+        ]),
+    ]),
+)  # fmt: skip
+
+DELETE_TOPICS_REQUEST = _spec(
+    "DeleteTopicsRequest", "request", ApiKey.DELETE_TOPICS, "1-6", "4+",
+    # v6 names each topic by name or by id (the other null / the zero uuid)
+    f("Topics", "[]DeleteTopicState", "6+", fields=[
+        f("Name", "string", "6+", nullable="6+", default=None),
+        f("TopicId", "uuid", "6+"),
+    ]),
+    f("TopicNames", "[]string", "0-5"),
+    f("TimeoutMs", "int32", "0+"),
+)  # fmt: skip
+
+DELETE_TOPICS_RESPONSE = _spec(
+    "DeleteTopicsResponse", "response", ApiKey.DELETE_TOPICS, "1-6", "4+",
+    f("ThrottleTimeMs", "int32", "1+"),
+    f("Responses", "[]DeletableTopicResult", "0+", fields=[
+        f("Name", "string", "0+", nullable="6+"),
+        f("TopicId", "uuid", "6+"),
+        f("ErrorCode", "int16", "0+"),
+        f("ErrorMessage", "string", "5+", nullable="5+", default=None),
+    ]),
+)  # fmt: skip
+
+CREATE_PARTITIONS_REQUEST = _spec(
+    "CreatePartitionsRequest", "request", ApiKey.CREATE_PARTITIONS, "0-3", "2+",
+    f("Topics", "[]CreatePartitionsTopic", "0+", fields=[
+        f("Name", "string", "0+"),
+        f("Count", "int32", "0+"),
+        f("Assignments", "[]CreatePartitionsAssignment", "0+", nullable="0+", fields=[
+            f("BrokerIds", "[]int32", "0+"),
+        ]),
+    ]),
+    f("TimeoutMs", "int32", "0+"),
+    f("ValidateOnly", "bool", "0+"),
+)  # fmt: skip
+
+CREATE_PARTITIONS_RESPONSE = _spec(
+    "CreatePartitionsResponse", "response", ApiKey.CREATE_PARTITIONS, "0-3", "2+",
+    f("ThrottleTimeMs", "int32", "0+"),
+    f("Results", "[]CreatePartitionsTopicResult", "0+", fields=[
+        f("Name", "string", "0+"),
+        f("ErrorCode", "int16", "0+"),
+        f("ErrorMessage", "string", "0+", nullable="0+", default=None),
+    ]),
+)  # fmt: skip
+
 # --- KIP-714 client telemetry (71, 72, 74) -------------------------------------------------------
 
 GET_TELEMETRY_SUBSCRIPTIONS_REQUEST = _spec(
@@ -491,6 +586,9 @@ APIS: dict[int, tuple[MessageSpec, MessageSpec]] = {
         (PRODUCE_REQUEST, PRODUCE_RESPONSE),
         (FIND_COORDINATOR_REQUEST, FIND_COORDINATOR_RESPONSE),
         (DESCRIBE_CLUSTER_REQUEST, DESCRIBE_CLUSTER_RESPONSE),
+        (CREATE_TOPICS_REQUEST, CREATE_TOPICS_RESPONSE),
+        (DELETE_TOPICS_REQUEST, DELETE_TOPICS_RESPONSE),
+        (CREATE_PARTITIONS_REQUEST, CREATE_PARTITIONS_RESPONSE),
     ]
 }
 API_NAMES: dict[int, str] = {key: req.name.removesuffix("Request") for key, (req, _) in APIS.items()}
@@ -505,6 +603,12 @@ FindCoordinatorRequest = FIND_COORDINATOR_REQUEST.cls
 FindCoordinatorResponse = FIND_COORDINATOR_RESPONSE.cls
 DescribeClusterRequest = DESCRIBE_CLUSTER_REQUEST.cls
 DescribeClusterResponse = DESCRIBE_CLUSTER_RESPONSE.cls
+CreateTopicsRequest = CREATE_TOPICS_REQUEST.cls
+CreateTopicsResponse = CREATE_TOPICS_RESPONSE.cls
+DeleteTopicsRequest = DELETE_TOPICS_REQUEST.cls
+DeleteTopicsResponse = DELETE_TOPICS_RESPONSE.cls
+CreatePartitionsRequest = CREATE_PARTITIONS_REQUEST.cls
+CreatePartitionsResponse = CREATE_PARTITIONS_RESPONSE.cls
 MetadataRequest = METADATA_REQUEST.cls
 MetadataResponse = METADATA_RESPONSE.cls
 GetTelemetrySubscriptionsRequest = GET_TELEMETRY_SUBSCRIPTIONS_REQUEST.cls

@@ -42,8 +42,6 @@ from quotaplane.protocol import (
     ApiKey,
     ApiVersionsResponse,
     ProtocolError,
-    SaslAuthenticateResponse,
-    SaslHandshakeResponse,
     UnsupportedRequestError,
     decode_request,
     encode_response,
@@ -56,19 +54,17 @@ from ._forward import UpstreamError, answer_proxied, framed
 from ._handlers import ADMIN_APIS
 from ._no_upstream import NO_UPSTREAM, fetch_answer, produce_answer
 from ._quotas import request_throttle
-from ._sasl import PLAIN, SaslError
+from ._sasl import authenticate_token, sasl_authenticate, sasl_handshake
+from ._state import ANONYMOUS, CloseConnection, ConnectionState
 
 if TYPE_CHECKING:
-    from quotaplane.services.proxy import UpstreamConnection
-
     from .server import FrontendServer
 
-__all__ = ["ConnectionState", "serve_connection"]
+__all__ = ["ANONYMOUS", "CloseConnection", "ConnectionState", "serve_connection"]
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-ANONYMOUS = "User:ANONYMOUS"
 _ADMIT, _THROTTLE, _REJECT = conn_pb.AdmitResult.ADMIT, conn_pb.AdmitResult.THROTTLE, conn_pb.AdmitResult.REJECT
 #: How often a connection waiting for a free slot (THROTTLE with 0 ms) asks again.
 _SLOT_POLL_S = 0.1
@@ -76,80 +72,6 @@ _SLOT_POLL_S = 0.1
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class CloseConnection(Exception):
-    """End this connection; ``reason`` is logged once (None: a normal end, nothing to log)."""
-
-    def __init__(self, reason: str | None = None) -> None:
-        super().__init__(reason or "")
-        self.reason = reason
-
-
-class ConnectionState:
-    """What Kafka's ``RequestContext`` knows about a connection, plus its SASL state and the client
-    instances seen on it."""
-
-    __slots__ = (
-        "address",
-        "authenticated",
-        "client_id",
-        "client_software_name",
-        "client_software_version",
-        "connection_id",
-        "instances",
-        "port",
-        "principal",
-        "raw_sasl",
-        "sasl_mechanism",
-        "upstream",
-        "upstream_node",
-        "waited_ns",
-    )
-
-    def __init__(self, connection_id: str, address: str, port: int, *, sasl: bool) -> None:
-        self.connection_id = connection_id
-        self.address = address
-        self.port = port
-        self.principal = ANONYMOUS
-        self.authenticated = not sasl
-        self.sasl_mechanism: str | None = None
-        self.raw_sasl = False  # SaslHandshake v0: the next frame is a bare token
-        self.client_id = ""
-        self.client_software_name: str | None = None
-        self.client_software_version: str | None = None
-        self.instances: set[bytes] = set()
-        self.waited_ns = 0
-        #: proxy mode: the upstream broker this connection's port stands for (None: the bootstrap port), and
-        #: the upstream connection behind it (opened on the first forwarded request)
-        self.upstream_node: int | None = None
-        self.upstream: UpstreamConnection | None = None
-
-    def telemetry_context(self) -> tele_pb.RequestContext:
-        context = tele_pb.RequestContext(
-            connection_id=self.connection_id,
-            client_id=self.client_id,
-            client_source_address=self.address,
-            client_source_port=self.port,
-            principal=self.principal,
-        )
-        if self.client_software_name is not None:
-            context.client_software_name = self.client_software_name
-            context.client_software_version = self.client_software_version or ""
-        return context
-
-    async def wait(self, awaitable: Any) -> Any:
-        """Await the gateway, and keep that time out of the request time charged to the client."""
-        start = time.perf_counter_ns()
-        try:
-            return await awaitable
-        finally:
-            self.waited_ns += time.perf_counter_ns() - start
-
-    @property
-    def user(self) -> str:
-        """The quota ``user`` of the principal: its name (Kafka's ``KafkaPrincipal.getName``)."""
-        return self.principal.partition(":")[2] or self.principal
 
 
 # --- admission -------------------------------------------------------------------------------------------
@@ -276,9 +198,9 @@ async def _read_frame(server: FrontendServer, reader: asyncio.StreamReader) -> b
     async with asyncio.timeout(idle_s):
         head = await reader.readexactly(4)
     (size,) = _SIZE.unpack(head)
-    if size < 0 or size > server.config.max_request_bytes:
+    if size < 0 or size > server.config.request_limit:
         raise CloseConnection(
-            f"request size {size} is outside 0..{server.config.max_request_bytes} (socket.request.max.bytes)"
+            f"request size {size} is outside 0..{server.config.request_limit} (socket.request.max.bytes)"
         )
     async with asyncio.timeout(idle_s):
         return await reader.readexactly(size)
@@ -295,7 +217,7 @@ async def _loop(
         state.waited_ns = 0
         if state.raw_sasl:  # SaslHandshake v0: a bare PLAIN token, answered with an empty frame
             state.raw_sasl = False
-            _authenticate(server, state, frame)
+            authenticate_token(server, state, frame)
             writer.write(_SIZE.pack(0))
             await writer.drain()
             continue
@@ -376,9 +298,9 @@ async def _handle(server: FrontendServer, state: ConnectionState, request: Any, 
     if key == ApiKey.PUSH_TELEMETRY:
         return await apis.push_telemetry(state, request, now_ms)
     if key == ApiKey.SASL_HANDSHAKE:
-        return _sasl_handshake(server, state, request)
+        return sasl_handshake(server, state, request)
     if key == ApiKey.SASL_AUTHENTICATE:
-        return _sasl_authenticate(server, state, request)
+        return sasl_authenticate(server, state, request)
     if key in ADMIN_APIS:
         server.stats.admin_requests += 1
     if key == ApiKey.ALTER_CLIENT_QUOTAS:
@@ -397,38 +319,3 @@ async def _handle(server: FrontendServer, state: ConnectionState, request: Any, 
             raise CloseConnection(f"Produce with acks=0: {NO_UPSTREAM}")
         return answer
     raise CloseConnection(f"no handler for API key {key}")  # the codec knows it, the server does not
-
-
-# --- SASL ------------------------------------------------------------------------------------------------
-def _sasl_handshake(server: FrontendServer, state: ConnectionState, request: Any) -> Any:
-    if not server.config.sasl_enabled or state.authenticated or state.sasl_mechanism is not None:
-        return SaslHandshakeResponse(error_code=Errors.ILLEGAL_SASL_STATE, mechanisms=[])
-    mechanism = request.body.mechanism
-    if mechanism != PLAIN:
-        return SaslHandshakeResponse(error_code=Errors.UNSUPPORTED_SASL_MECHANISM, mechanisms=[PLAIN])
-    state.sasl_mechanism = mechanism
-    state.raw_sasl = request.api_version == 0  # v0: the token follows without a Kafka header
-    return SaslHandshakeResponse(mechanisms=[PLAIN])
-
-
-def _sasl_authenticate(server: FrontendServer, state: ConnectionState, request: Any) -> Any:
-    if not server.config.sasl_enabled or state.authenticated or state.sasl_mechanism is None:
-        return SaslAuthenticateResponse(
-            error_code=Errors.ILLEGAL_SASL_STATE, error_message="Unexpected SaslAuthenticate request"
-        )
-    try:
-        _authenticate(server, state, bytes(request.body.auth_bytes))
-    except CloseConnection as e:
-        return SaslAuthenticateResponse(error_code=Errors.SASL_AUTHENTICATION_FAILED, error_message=e.reason)
-    return SaslAuthenticateResponse(error_message=None)
-
-
-def _authenticate(server: FrontendServer, state: ConnectionState, token: bytes) -> None:
-    credentials = server.config.sasl_credentials
-    assert credentials is not None
-    try:
-        state.principal = credentials.authenticate(token)
-    except SaslError as e:
-        server.stats.sasl_failures += 1
-        raise CloseConnection(str(e)) from None
-    state.authenticated = True

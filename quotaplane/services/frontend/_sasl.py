@@ -20,8 +20,25 @@ import hmac
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["PLAIN", "PlainCredentials", "SaslError", "parse_plain_token"]
+from quotaplane.errors import Errors
+from quotaplane.protocol import SaslAuthenticateResponse, SaslHandshakeResponse
+
+from ._state import CloseConnection, ConnectionState
+
+if TYPE_CHECKING:
+    from .server import FrontendServer
+
+__all__ = [
+    "PLAIN",
+    "PlainCredentials",
+    "SaslError",
+    "authenticate_token",
+    "parse_plain_token",
+    "sasl_authenticate",
+    "sasl_handshake",
+]
 
 PLAIN = "PLAIN"
 _DUMMY = hashlib.sha256(b"\x00quotaplane-no-such-user").digest()
@@ -102,3 +119,38 @@ def parse_plain_token(token: bytes) -> tuple[str, str, str]:
     if not password:
         raise SaslError("Authentication failed: password not specified")
     return authzid, authcid, password
+
+
+# --- the SaslHandshake / SaslAuthenticate exchange of one connection ----------------------------------
+def sasl_handshake(server: FrontendServer, state: ConnectionState, request: Any) -> Any:
+    if not server.config.sasl_enabled or state.authenticated or state.sasl_mechanism is not None:
+        return SaslHandshakeResponse(error_code=Errors.ILLEGAL_SASL_STATE, mechanisms=[])
+    mechanism = request.body.mechanism
+    if mechanism != PLAIN:
+        return SaslHandshakeResponse(error_code=Errors.UNSUPPORTED_SASL_MECHANISM, mechanisms=[PLAIN])
+    state.sasl_mechanism = mechanism
+    state.raw_sasl = request.api_version == 0  # v0: the token follows without a Kafka header
+    return SaslHandshakeResponse(mechanisms=[PLAIN])
+
+
+def sasl_authenticate(server: FrontendServer, state: ConnectionState, request: Any) -> Any:
+    if not server.config.sasl_enabled or state.authenticated or state.sasl_mechanism is None:
+        return SaslAuthenticateResponse(
+            error_code=Errors.ILLEGAL_SASL_STATE, error_message="Unexpected SaslAuthenticate request"
+        )
+    try:
+        authenticate_token(server, state, bytes(request.body.auth_bytes))
+    except CloseConnection as e:
+        return SaslAuthenticateResponse(error_code=Errors.SASL_AUTHENTICATION_FAILED, error_message=e.reason)
+    return SaslAuthenticateResponse(error_message=None)
+
+
+def authenticate_token(server: FrontendServer, state: ConnectionState, token: bytes) -> None:
+    credentials = server.config.sasl_credentials
+    assert credentials is not None
+    try:
+        state.principal = credentials.authenticate(token)
+    except SaslError as e:
+        server.stats.sasl_failures += 1
+        raise CloseConnection(str(e)) from None
+    state.authenticated = True

@@ -28,9 +28,7 @@ Use :func:`serve_frontend` (starts it and returns once it listens); ``FrontendSe
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import dataclasses
 import errno
 import functools
 import logging
@@ -39,13 +37,20 @@ import ssl
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from quotaplane.protocol import ApiVersionsResponse, supported_versions
 from quotaplane.services.proxy import ProxyConfig, UpstreamClosedError, UpstreamProxy
 
 from ._backend import Backend, GrpcTarget
+from ._config import (
+    DEFAULT_FRONTEND_PORT,
+    DEFAULT_MAX_REQUEST_BYTES,
+    FrontendConfig,
+    FrontendStats,
+    KafkaListener,
+    tls_context,
+)
 from ._connection import serve_connection
 from ._handlers import SERVED_APIS, KafkaApis
 from ._sasl import PlainCredentials
@@ -64,151 +69,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_FRONTEND_PORT = 9092
-#: Kafka's ``socket.request.max.bytes`` is 100 MiB, sized for produce batches. This frontend carries
-#: telemetry (at most ``telemetry.max.bytes``, 1 MiB by default) and small admin requests, so 8 MiB
-#: bounds a connection's buffer with room to spare.
-DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
-#: The largest THROTTLE wait of an accepted socket before it is abandoned (the shard's own bound is 60 s).
-_MAX_ADMISSION_WAIT_S = 55.0
 #: At most one log line per interval for failures of the gateway (each reports how many were suppressed).
 _BACKEND_LOG_INTERVAL_S = 10.0
-
-
-def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
-    """A server TLS context for the Kafka listener, the files checked as the gRPC listeners' are
-    (``services/_security.py``: PEM, key matching its certificate, no passphrase): a bad file is a
-    one-line ``ValueError`` at start-up. With ``client_ca_file`` clients must present a certificate
-    signed by it (Kafka's ``ssl.client.auth=required``)."""
-    from .._security import _read_certificates, _read_key_pair
-
-    _read_key_pair(cert_file, key_file)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    if client_ca_file is not None:
-        ca = _read_certificates(client_ca_file, "client CA file")
-        context.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
-
-
-@dataclass(frozen=True)
-class FrontendConfig:
-    """How one frontend listens and what it presents to clients."""
-
-    gateway: GrpcTarget
-    admin: GrpcTarget
-    host: str = "127.0.0.1"
-    #: 0: a free port (``FrontendServer.port`` tells which).
-    port: int = DEFAULT_FRONTEND_PORT
-    #: What Metadata tells clients to connect to; None: ``host`` / the bound port.
-    advertised_host: str | None = None
-    advertised_port: int | None = None
-    #: The broker id presented in Metadata, and the node whose connection budget this frontend counts in.
-    node_id: int = 0
-    cluster_id: str = "quotaplane"
-    #: SASL/PLAIN users; None: no SASL (principal ``User:ANONYMOUS``).
-    sasl_credentials: PlainCredentials | None = None
-    #: Principals allowed to use the admin APIs; None: no list (open without SASL, closed with SASL).
-    operators: frozenset[str] | None = None
-    #: TLS on the Kafka listener.
-    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    #: Kafka's ``connections.max.idle.ms`` (10 minutes).
-    connections_max_idle_s: float = 600.0
-    max_admission_wait_s: float = _MAX_ADMISSION_WAIT_S
-    #: Record each request's time on the request quota (and throttle by it), as Kafka does.
-    request_quotas: bool = True
-    linger_s: float = 0.001
-    #: Prefix of this frontend's connection ids (unique across the fleet); None: random.
-    frontend_id: str | None = None
-    #: Proxy mode: forward to this upstream Kafka cluster (see quotaplane.services.proxy); None: the frontend
-    #: serves only quotaplane's own APIs.
-    upstream: ProxyConfig | None = None
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"the Kafka port must be in 0..65535, got {self.port}")
-        if self.advertised_port is not None and not 1 <= self.advertised_port <= 65535:
-            raise ValueError(f"the advertised port must be in 1..65535, got {self.advertised_port}")
-        if self.node_id < 0:
-            raise ValueError(f"the node id must be >= 0, got {self.node_id}")
-        if self.max_request_bytes < 64:
-            raise ValueError("max_request_bytes is too small for any Kafka request")
-
-    @property
-    def sasl_enabled(self) -> bool:
-        return self.sasl_credentials is not None
-
-    @property
-    def listener_name(self) -> str:
-        """Kafka's listener (and security protocol) name, what ConnectionService budgets per listener."""
-        tls = self.ssl_context is not None
-        if self.sasl_enabled:
-            return "SASL_SSL" if tls else "SASL_PLAINTEXT"
-        return "SSL" if tls else "PLAINTEXT"
-
-
-@dataclass(frozen=True)
-class KafkaListener:
-    """What ``quotaplane up`` passes through to its frontend (everything but the gRPC targets, host and
-    port, which the launcher knows)."""
-
-    advertised_host: str | None = None
-    advertised_port: int | None = None
-    node_id: int = 0
-    sasl_credentials: PlainCredentials | None = None
-    operators: frozenset[str] | None = None
-    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
-    #: Proxy mode (``up --upstream-bootstrap``): the upstream Kafka cluster this frontend fronts.
-    upstream: ProxyConfig | None = None
-
-    def config(self, gateway: GrpcTarget, admin: GrpcTarget, host: str, port: int) -> FrontendConfig:
-        return FrontendConfig(
-            gateway=gateway,
-            admin=admin,
-            host=host,
-            port=port,
-            advertised_host=self.advertised_host,
-            advertised_port=self.advertised_port,
-            node_id=self.node_id,
-            sasl_credentials=self.sasl_credentials,
-            operators=self.operators,
-            ssl_context=self.ssl_context,
-            upstream=self.upstream,
-        )
-
-
-@dataclass
-class FrontendStats:
-    """Counters of one frontend (read them from any thread; they are only written on its loop)."""
-
-    connections_accepted: int = 0
-    connections_rejected: int = 0
-    connections_throttled: int = 0
-    connections_open: int = 0
-    protocol_errors: int = 0
-    unexpected_errors: int = 0
-    backend_errors: int = 0
-    sasl_failures: int = 0
-    admin_requests: int = 0
-    throttled_responses: int = 0
-    #: proxy mode: requests sent to the upstream, upstream failures, usage forwarded without a gateway answer
-    forwarded_requests: int = 0
-    upstream_errors: int = 0
-    gateway_fail_open: int = 0
-    throttled_fetches: int = 0
-    #: (api key, error code) -> responses
-    responses: collections.Counter[tuple[int, int]] = field(default_factory=collections.Counter)
-
-    def count(self, api_key: int, error_code: int) -> None:
-        self.responses[api_key, error_code] += 1
-
-    def snapshot(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "responses"}
-        out["responses"] = {f"{k}:{e}": n for (k, e), n in sorted(self.responses.items())}
-        return out
 
 
 class FrontendServer:

@@ -28,8 +28,6 @@ from tests.services.frontend.conftest import WireClient, wait_until
 
 from .conftest import FAST_GROUP, TANSU_NODE_ID, Proxied
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
 
 def create_topic(proxied: Proxied, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": proxied.bootstrap})
