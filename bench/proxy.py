@@ -479,8 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "notes": (
             "Everything shares this machine's cores: Tansu, the proxy, the gateway, Ray and the client. "
             "produce.delivery_p99_ms is under full load (mostly time queued in librdkafka); latency.* is one "
-            "message in flight, paced. The proxy answers one request per connection at a time, as a Kafka "
-            "broker does; a direct librdkafka connection to Tansu pipelines. fleet_budget counts message "
+            "message in flight, paced. librdkafka pipelines requests on a connection; the proxy answers them one "
+            "at a time, as a Kafka broker does. fleet_budget counts message "
             "payloads acknowledged; the quota counts whole Produce requests."
         ),
         "machine": machine(),

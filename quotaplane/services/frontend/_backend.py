@@ -1,12 +1,12 @@
 """The frontend's side of gRPC: batched calls to the gateway, plain calls to the AdminService.
 
 Everything here runs on the frontend's event loop with ``grpc.aio`` channels. The hot paths
-(GetTelemetrySubscriptions, PushTelemetry, request-time recording, the proxy's produce usage, connection
-admission and release, disconnects) go through one :class:`~._batcher.Batcher` each, so thousands of connections share a
-handful of RPCs per millisecond. Admin calls are rare and go one by one, carrying the Kafka client's
-principal (``x-quotaplane-principal``: the AdminService records it with every event) and, when the
-AdminService demands an operator credential, the frontend's own bearer token: the frontend has
-already authorized the Kafka principal itself (Kafka's ACL check), the token only proves to the
+(GetTelemetrySubscriptions, PushTelemetry, request-time recording, the proxy's produce usage and topic
+mutations, connection admission and release, disconnects) go through one :class:`~._batcher.Batcher` each, so
+thousands of connections share a handful of RPCs per millisecond. Admin calls are rare and go one by one,
+carrying the Kafka client's principal (``x-quotaplane-principal``: the AdminService records it with every
+event) and, when the AdminService demands an operator credential, the frontend's own bearer token: the
+frontend has already authorized the Kafka principal itself (Kafka's ACL check), the token only proves to the
 AdminService that the call comes from a frontend it trusts.
 """
 
@@ -126,6 +126,9 @@ class Backend:
         self.producer_id_batcher: Batcher[quota_pb.ProducerIdItem, int] = Batcher(
             self._producer_ids, linger_s=linger_s, max_items=_MAX_BATCH, name="producer-ids"
         )
+        self.mutation_batcher: Batcher[quota_pb.MutationItem, quota_pb.MutationResult] = Batcher(
+            self._mutations, linger_s=linger_s, max_items=_MAX_BATCH, name="mutations"
+        )
         self.admit_batcher: Batcher[conn_pb.AdmitItem, conn_pb.AdmitResult] = Batcher(
             self._admit, linger_s=linger_s, max_items=_MAX_BATCH, name="admit"
         )
@@ -144,6 +147,7 @@ class Backend:
             "unrecord": self.unrecord_batcher,
             "max_value_in_quota_window": self.max_value_batcher,
             "producer_ids": self.producer_id_batcher,
+            "mutations": self.mutation_batcher,
             "admit": self.admit_batcher,
             "release": self.release_batcher,
         }
@@ -188,6 +192,11 @@ class Backend:
         batch = quota_pb.ProducerIdBatch(batch_id=next(self._ids), items=items)
         answer = await self.producer_ids.RecordProducerIds(batch, timeout=self.timeout_s)
         return answer.throttle_time_ms
+
+    async def _mutations(self, items: list[quota_pb.MutationItem]) -> Sequence[quota_pb.MutationResult]:
+        batch = quota_pb.MutationBatch(batch_id=next(self._ids), items=items)
+        answer = await self.quotas.RecordMutations(batch, timeout=self.timeout_s)
+        return answer.results
 
     async def _admit(self, items: list[conn_pb.AdmitItem]) -> Sequence[Any]:
         answer = await self.connections.Admit(

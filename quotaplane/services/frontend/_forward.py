@@ -16,6 +16,9 @@ Where Kafka applies quotas, so does the proxy (KafkaApis.handleProduceRequest):
   answers, and a throttled fetch (bandwidth or request quota) is un-recorded and answered with Kafka's empty
   throttled response: the consumer fetches the same offsets again, nothing is lost or skipped. Fetch sessions:
   see ``quotaplane.protocol.fetch`` for the one place the proxy must answer differently from a broker.
+- **Topic mutations** (CreateTopics, DeleteTopics, CreatePartitions): charged to the controller mutation quota,
+  strict or permissive by version, a strictly refused topic answered THROTTLING_QUOTA_EXCEEDED by the proxy and
+  never forwarded (``_mutations.py``): the one decision taken before forwarding.
 - **Every forwarded request** is metered by the request quota as the frontend's own requests are (the time
   this process spent on it; not the wait for the upstream or the gateway).
 
@@ -38,6 +41,7 @@ import asyncio
 import struct
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from quotaplane.protocol import (
@@ -59,6 +63,7 @@ from quotaplane.protocol.records import producer_ids
 from quotaplane.services.proxy import LOCAL_APIS, REWRITTEN_APIS, UpstreamClosedError, rewrite_response
 from quotaplane.v1 import quota_pb2 as quota_pb
 
+from ._mutations import MUTATION_APIS, forward_mutation
 from ._quotas import fetch_cap, record_producer_ids, record_usage, request_throttle, unrecord_usage
 
 if TYPE_CHECKING:
@@ -128,6 +133,21 @@ async def _produce_quotas(
     return body.acks != 0, asyncio.ensure_future(throttle())
 
 
+async def _exchange(
+    server: FrontendServer, state: ConnectionState, frame: bytes, correlation_id: int, *, answered: bool = True
+) -> bytes:
+    """One request over the connection's upstream connection (opened on first use) and its answer (b"" when
+    none is ``answered``); raises :class:`UpstreamClosedError`."""
+    proxy = server.proxy
+    assert proxy is not None
+    if state.upstream is None:
+        state.upstream = await state.wait(proxy.connect(state.upstream_node))
+    await state.upstream.send(frame, answered=answered)
+    if not answered:
+        return b""
+    return await state.wait(state.upstream.receive(correlation_id, timeout_s=proxy.config.request_timeout_s))
+
+
 async def forward_request(server: FrontendServer, state: ConnectionState, frame: bytes, now_ms: int) -> Forwarded:
     """Forward one request to the upstream broker behind this connection and apply the bandwidth quotas;
     raises :class:`UpstreamError` when the upstream fails."""
@@ -142,6 +162,14 @@ async def forward_request(server: FrontendServer, state: ConnectionState, frame:
     pending: asyncio.Future[int] | None = None
     expects_response = True
     limits = None
+    if api_key in MUTATION_APIS:
+        try:
+            mutated, throttle_ms = await forward_mutation(
+                server, state, frame, now_ms, partial(_exchange, server, state)
+            )
+        except UpstreamClosedError as e:
+            raise UpstreamError(str(e)) from None
+        return Forwarded(api_key, api_version, correlation_id, mutated, throttle_ms=throttle_ms)
     if api_key == ApiKey.PRODUCE:
         expects_response, pending = await _produce_quotas(server, state, frame, now_ms)
     elif api_key == ApiKey.FETCH:
@@ -150,17 +178,12 @@ async def forward_request(server: FrontendServer, state: ConnectionState, frame:
         if limits.max_bytes_at is not None and cap < limits.max_bytes:
             frame = bytes(cap_fetch_bytes(frame, limits, int(cap)))
     try:
-        if state.upstream is None:
-            state.upstream = await state.wait(proxy.connect(state.upstream_node))
-        await state.upstream.send(frame, answered=expects_response)
-        response = None
-        if expects_response:
-            timeout_s = proxy.config.request_timeout_s
-            response = bytearray(await state.wait(state.upstream.receive(correlation_id, timeout_s=timeout_s)))
+        answer = await _exchange(server, state, frame, correlation_id, answered=expects_response)
     except UpstreamClosedError as e:
         if pending is not None:
             pending.cancel()
         raise UpstreamError(str(e)) from None
+    response = bytearray(answer) if expects_response else None
     server.stats.forwarded_requests += 1
     forwarded = Forwarded(api_key, api_version, correlation_id, response, fetch=limits)
     if pending is not None:

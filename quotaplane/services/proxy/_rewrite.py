@@ -8,8 +8,9 @@ node id has no proxy port is left out of Metadata / DescribeCluster (a coordinat
 COORDINATOR_NOT_AVAILABLE, so the client asks again later).
 
 **Versions** (``offered_versions``): for each API the upstream supports, the range the proxy can carry:
-- APIs the proxy decodes (the address carriers above, and Produce, whose response gets the throttle time) are
-  capped at the versions its codec reads, so no response it must rewrite is ever beyond it;
+- APIs the proxy decodes (the address carriers above, Produce, whose response gets the throttle time, and the
+  topic mutations CreateTopics / DeleteTopics / CreatePartitions, charged to the controller mutation quota) are
+  capped at the versions its codec reads, so no request or response it must read is ever beyond it;
 - APIs whose newer versions carry addresses the proxy does not rewrite are capped below them: Fetch at v15
   (v16 adds NodeEndpoints), DescribeQuorum at v1; ShareFetch / ShareAcknowledge (KIP-932, NodeEndpoints from
   v0) are not offered;
@@ -53,8 +54,16 @@ LOCAL_APIS = frozenset(
 )
 #: Forwarded, with broker addresses rewritten in the response.
 REWRITTEN_APIS = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER})
-#: Forwarded, but decoded by the proxy (so capped at the codec's versions).
-DECODED_APIS = REWRITTEN_APIS | {ApiKey.PRODUCE, ApiKey.DESCRIBE_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS}
+#: Forwarded, but decoded by the proxy (so capped at the codec's versions): the topic mutations are charged to
+#: the controller mutation quota, and a strict one may be answered in part by the proxy.
+DECODED_APIS = REWRITTEN_APIS | {
+    ApiKey.PRODUCE,
+    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    ApiKey.CREATE_TOPICS,
+    ApiKey.DELETE_TOPICS,
+    ApiKey.CREATE_PARTITIONS,
+}
 #: Newest version without broker addresses the proxy does not rewrite; -1: never offered.
 _ADDRESS_CAPS = {ApiKey.FETCH: 15, 55: 1, 78: -1, 79: -1}
 
