@@ -134,3 +134,36 @@ def test_bad_batches_are_invalid_argument(quota, bad, message):
     assert message in error.value.details()
     ok = pb.UsageBatch(items=[pb.UsageItem(quota_type=pb.FETCH, user="u", client_id="c")])
     assert len(quota.MaxValueInQuotaWindow(ok, timeout=10).max_value) == 1
+
+
+def test_enabled_quota_types_follow_the_config(cluster, admin, quota):
+    """Kafka's quotasEnabled per manager, and any producer_ids_rate: what lets the proxy skip calls."""
+
+    def alter(key: str, value: float | None, user: str = "carol") -> int:
+        op = admin_pb.AlterClientQuotasRequest.OpData(key=key)
+        if value is not None:
+            op.value = value
+        entry = admin_pb.AlterClientQuotasRequest.EntryData(entity=entity(user, None), ops=[op])
+        assert [
+            e.error_code for e in admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=[entry])).entries
+        ] == [0]
+        wait_propagated(cluster, cluster.gateway)
+        return cluster.gateway.config_offset
+
+    def enabled() -> pb.EnabledQuotaTypes:
+        return quota.GetEnabledQuotaTypes(pb.EnabledQuotaTypesRequest(), timeout=10)
+
+    first = enabled()
+    assert not (first.request or first.controller_mutation or first.producer_ids)
+    offset = alter("request_percentage", 50.0)
+    answer = enabled()
+    assert answer.request and not answer.producer_ids and answer.config_offset == offset
+    alter("producer_ids_rate", 10.0)
+    alter("controller_mutation_rate", 5.0)
+    answer = enabled()
+    assert answer.request and answer.producer_ids and answer.controller_mutation
+    for key in ("request_percentage", "producer_ids_rate", "controller_mutation_rate"):
+        offset = alter(key, None)
+    answer = enabled()
+    assert not (answer.request or answer.controller_mutation or answer.producer_ids)
+    assert answer.config_offset == offset

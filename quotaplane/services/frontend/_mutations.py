@@ -64,7 +64,7 @@ from quotaplane.quota import STRICT_SINCE_VERSION
 from quotaplane.services.proxy import UpstreamClosedError
 from quotaplane.v1 import quota_pb2 as quota_pb
 
-from ._quotas import _ask, _safe
+from ._quotas import _ask, _safe, enabled
 
 if TYPE_CHECKING:
     from ._state import ConnectionState
@@ -271,7 +271,8 @@ async def forward_mutation(
         return answer
 
     topics = _topics(api_key, api_version, request.body)
-    candidates = _candidates(api_key, topics) if _safe(state) else []
+    metered = _safe(state) and enabled(server, "controller_mutation")  # no quota anywhere: Kafka records nothing
+    candidates = _candidates(api_key, topics) if metered else []
     await _look_up(server, state, candidates, correlation_id, exchange)
     for topic in topics:
         topic.permits = _charge(api_key, topic) if topic in candidates else None

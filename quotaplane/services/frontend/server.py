@@ -53,6 +53,7 @@ from ._config import (
 )
 from ._connection import serve_connection
 from ._handlers import SERVED_APIS, KafkaApis
+from ._quotas import refresh_enabled_quotas
 from ._sasl import PlainCredentials
 
 __all__ = [
@@ -85,6 +86,9 @@ class FrontendServer:
         self.port = 0
         #: proxy mode: the upstream cluster, and the listener of each upstream broker's proxy port
         self.proxy: UpstreamProxy | None = None
+        #: proxy mode: the gateway's latest EnabledQuotaTypes (None: unknown, every type counts as enabled)
+        self.enabled_quotas: Any = None
+        self._enabled_refresher: asyncio.Task[None] | None = None
         #: (user, client id) -> (fetch cap, monotonic expiry): see _quotas.fetch_cap
         self.fetch_caps: dict[tuple[str, str], tuple[float, float]] = {}
         self.broker_servers: dict[int, asyncio.base_events.Server] = {}
@@ -202,6 +206,9 @@ class FrontendServer:
         await self._stopped.wait()
         self._server.close()
         await self._close_brokers()
+        if self._enabled_refresher is not None:
+            self._enabled_refresher.cancel()
+            await asyncio.gather(self._enabled_refresher, return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -212,6 +219,7 @@ class FrontendServer:
         """Ask the upstream for its versions and brokers, and listen on each broker's proxy port."""
         self.proxy = UpstreamProxy(upstream, self.advertised[0], self._listen_for_brokers)
         await self.proxy.start()
+        self._enabled_refresher = asyncio.get_running_loop().create_task(refresh_enabled_quotas(self))
         self.versions = self.proxy.versions
         self.supported = [ApiVersionsResponse.ApiVersion(k, lo, hi) for k, (lo, hi) in self.versions.items()]
         log.info(

@@ -273,6 +273,14 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
         offset, values = gateway.replica.max_values_in_quota_window(items)
         return pb.QuotaWindowValues(batch_id=request.batch_id, max_value=values, config_offset=offset)
 
+    @GATEWAY_ERRORS.unary
+    def GetEnabledQuotaTypes(
+        self, request: pb.EnabledQuotaTypesRequest, context: grpc.ServicerContext
+    ) -> pb.EnabledQuotaTypes:
+        """Kafka's ``quotasEnabled`` of each manager, from the replica: a caller skips types without quotas."""
+        offset, enabled = self.gateway.replica.enabled_quota_types()
+        return pb.EnabledQuotaTypes(config_offset=offset, **enabled)
+
 
 def add_quota_service(server: grpc.Server, gateway: Gateway) -> list[str]:
     """Register the QuotaService on ``server`` over ``gateway``; the full service names."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from quotaplane.actors import ConfigFollower, ray_get
 from quotaplane.config import ConfigImage, ManagerBinding, startup_configs
-from quotaplane.quota import CLIENT_ID_TAG, USER_TAG, build_quota_managers, sanitize
+from quotaplane.quota import CLIENT_ID_TAG, PRODUCER_IDS_RATE, USER_TAG, build_quota_managers, sanitize
 
 from ._checks import Unavailable, wall_clock_ms
 
@@ -45,6 +45,7 @@ class ConfigReplica:
         self.polls = 0
         #: (quota type, user, client id) -> shard key, valid for the current offset (emptied on every change)
         self._keys: dict[tuple[str, str, str], str] = {}
+        self._enabled: tuple[int, dict[str, bool]] | None = None
         self.follower = ConfigFollower(self._call, max_events=max_events, lock=self.lock)
         self.follower.start()
         startup = startup_configs(self.image)
@@ -112,6 +113,28 @@ class ConfigReplica:
                     key = cache[(quota_type, user, client_id)] = f"{quota_type}\x00{user_tag}\x00{client_tag}"
                 append(key)
             return self.image.end_offset, keys
+
+    def enabled_quota_types(self) -> tuple[int, dict[str, bool]]:
+        """The offset and, per quota type, whether any quota of it is configured (Kafka's ``quotasEnabled``;
+        ``producer_ids``: any ``producer_ids_rate``), cached per offset."""
+        with self.lock:
+            offset = self.image.end_offset
+            cached = self._enabled
+            if cached is None or cached[0] != offset:
+                quotas = self.quotas
+                cached = self._enabled = (
+                    offset,
+                    {
+                        "produce": quotas.produce.quotas_enabled(),
+                        "fetch": quotas.fetch.quotas_enabled(),
+                        "request": quotas.request.quotas_enabled(),
+                        "controller_mutation": quotas.controller_mutation.quotas_enabled(),
+                        "producer_ids": any(
+                            PRODUCER_IDS_RATE in values for values in self.image.client_quotas().values()
+                        ),
+                    },
+                )
+            return cached
 
     def max_values_in_quota_window(self, items: Sequence[tuple[Any, ...]]) -> tuple[int, list[float]]:
         """The offset and Kafka's ``ClientQuotaManager.getMaxValueInQuotaWindow`` of each item, an item starting

@@ -120,7 +120,19 @@ class Proxied:
         from quotaplane.services.cli import main
 
         assert main([*args, "--bootstrap-server", self.cluster.admin_address]) == 0
+        self.wait_config()
+
+    def wait_config(self, *frontends: Any) -> None:
+        """Until the shards, the gateway and each frontend's view of the enabled quota types (this proxy's and
+        ``frontends``) have every config change made so far."""
         self.cluster.wait_caught_up(timeout_s=30)
+        end = self.cluster.status().end_offset
+        deadline = time.monotonic() + 30
+        while self.cluster.gateway.config_offset < end or any(
+            f.enabled_quotas is None or f.enabled_quotas.config_offset < end for f in (self.frontend, *frontends)
+        ):
+            assert time.monotonic() < deadline, "the config did not reach the gateway and the proxies"
+            time.sleep(0.02)
 
 
 @pytest.fixture(scope="package")

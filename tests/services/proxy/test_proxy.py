@@ -24,7 +24,7 @@ from quotaplane.protocol import (
     encode_request,
 )
 from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
-from tests.services.frontend.conftest import WireClient, wait_until
+from tests.services.frontend.conftest import WireClient
 
 from .conftest import FAST_GROUP, TANSU_NODE_ID, Proxied
 
@@ -182,7 +182,7 @@ def test_a_throttled_producer_obeys_and_loses_nothing(proxied: Proxied) -> None:
         "--entity-name",
         "slow-producer",
     )
-    assert wait_until(lambda: proxied.cluster.gateway.config_offset >= proxied.cluster.status().end_offset)
+    proxied.wait_config()
     # Kafka lets a new client burst (the rate's window is padded to 10 s), so 300 kB exceed 20 kB/s only after
     # ~200 kB: the rest is throttled, a few seconds' worth
     produced = produce_checked(proxied, "slow", 300, {"client.id": "slow-producer"})
@@ -225,7 +225,7 @@ def test_produce_throttle_time_equals_the_cores(proxied: Proxied, version: int) 
         "--entity-name",
         client_id,
     )
-    assert wait_until(lambda: proxied.cluster.gateway.config_offset >= proxied.cluster.status().end_offset)
+    proxied.wait_config()
     request = produce_request(f"exact-{version}", record_batch([b"v" * 1000] * 60))
     size = len(encode_request(ApiKey.PRODUCE, version, 1, request, client_id=client_id)) - 4
     client = broker_client(proxied, client_id)
@@ -279,3 +279,16 @@ def test_garbage_closes_that_connection_only(proxied: Proxied) -> None:
     finally:
         bystander.close()
         bad.close()
+
+
+def test_quota_types_without_quotas_cost_no_gateway_call(proxied: Proxied) -> None:
+    """Kafka records nothing for a quota type without quotas: the proxy then skips the gateway round trip
+    (no request_percentage, producer_ids_rate or consumer_byte_rate is set by the tests of this module)."""
+    create_topic(proxied, "no-calls", 1)
+    proxied.wait_config()
+    types = proxied.frontend.enabled_quotas
+    assert not types.request and not types.producer_ids
+    batchers = proxied.frontend.backend.batchers
+    before = {name: batchers[name].items for name in ("request_time", "producer_ids")}
+    produce_checked(proxied, "no-calls", 50)  # idempotent: its batches carry a producer id
+    assert {name: batchers[name].items for name in before} == before

@@ -53,7 +53,7 @@ def set_mutation_rate(proxied: Proxied, client_id: str, rate: float) -> None:
         "--entity-name",
         client_id,
     )
-    assert wait_until(lambda: proxied.cluster.gateway.config_offset >= proxied.cluster.status().end_offset)
+    proxied.wait_config()
 
 
 def core_decision(client_id: str, rate: float, permits: list[int], *, strict: bool) -> tuple[list[bool], int]:

@@ -24,7 +24,7 @@ from quotaplane.quota import (
 )
 from quotaplane.services.frontend import FrontendServer, serve_frontend
 from quotaplane.services.proxy import ProxyConfig
-from tests.services.frontend.conftest import WireClient, wait_until
+from tests.services.frontend.conftest import WireClient
 
 from .conftest import TANSU_NODE_ID, Proxied, Tansu, broker_port_base, start_tansu
 from .test_proxy import broker_client, create_topic, produce_checked, produce_request, record_batch
@@ -35,7 +35,7 @@ def set_quota(proxied: Proxied, key: str, value: float, client_id: str | None) -
     if client_id is not None:
         entity += ["--entity-type", "clients", "--entity-name", client_id]
     proxied.cli("quotas", "--alter", "--add-config", f"{key}={value:g}", *entity)
-    assert wait_until(lambda: proxied.cluster.gateway.config_offset >= proxied.cluster.status().end_offset)
+    proxied.wait_config()
 
 
 def fetch_frame(topic: str, version: int, client_id: str, *, max_bytes: int = 50 * 1024 * 1024) -> bytes:
@@ -193,7 +193,7 @@ def test_new_producer_ids_beyond_the_rate_throttle_the_produce(proxied: Proxied)
         "--entity-name",
         "ANONYMOUS",
     )
-    assert wait_until(lambda: proxied.cluster.gateway.config_offset >= proxied.cluster.status().end_offset)
+    proxied.wait_config()
     ids = list(range(7_000_001, 7_000_009))
     batches = b"".join(record_batch([b"p"], producer_id=pid, epoch=0, sequence=0) for pid in ids)
     Topic = ProduceRequest.TopicProduceData
@@ -239,6 +239,7 @@ def second_proxy(proxied: Proxied) -> Iterator[FrontendServer]:
 def test_two_proxies_share_one_budget(proxied: Proxied, second_proxy: FrontendServer) -> None:
     create_topic(proxied, "shared", 1)
     set_quota(proxied, "producer_byte_rate", 5000, "two-proxies")
+    proxied.wait_config(second_proxy)
     request = produce_request("shared", record_batch([b"s" * 1000] * 60))
     size = len(encode_request(ApiKey.PRODUCE, 7, 1, request, client_id="two-proxies")) - 4
     throttles = []
