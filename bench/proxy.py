@@ -367,15 +367,19 @@ def budget_run(pool: Any, client_id: str, bootstraps: list[str], args: argparse.
 
 
 def fleet_budget(pool: Any, cluster: Any, bootstraps: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """The same quota, tenant and duration through one proxy (the baseline: what one Kafka broker would let
-    through) and through two: a fleet-wide budget lets the two through no more than the one."""
+    """The same quota, tenant and duration through one proxy (what one Kafka broker with that quota lets
+    through) and through two: a fleet-wide budget lets the two through no more than the one. Kafka mutes each
+    connection on its own, so what a quota lets through grows with the tenant's connections; the fair baseline
+    for two producers on two proxies is two producers on one proxy (``two_producers_one_proxy``)."""
     set_quota(cluster, "budget-one-proxy", args.quota)
     set_quota(cluster, "budget-two-proxies", args.quota)
+    set_quota(cluster, "budget-two-producers", args.quota)
     one = budget_run(pool, "budget-one-proxy", bootstraps[:1], args)
     two = budget_run(pool, "budget-two-proxies", bootstraps, args)
+    same = budget_run(pool, "budget-two-producers", [bootstraps[0]] * len(bootstraps), args)
 
-    def ratio(key: str) -> float | None:
-        return round(two[key] / one[key], 3) if one[key] and two[key] else None
+    def ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> float | None:
+        return round(a[key] / b[key], 3) if a[key] and b[key] else None
 
     return {
         "quota_bytes_per_s": args.quota,
@@ -383,8 +387,11 @@ def fleet_budget(pool: Any, cluster: Any, bootstraps: list[str], args: argparse.
         "after_warmup_from_s": args.warmup_seconds,
         "one_proxy": one,
         "two_proxies": two,
-        "two_over_one_whole_run": ratio("whole_run_bytes_per_s"),
-        "two_over_one_after_warmup": ratio("after_warmup_bytes_per_s"),
+        "two_producers_one_proxy": same,
+        "two_over_one_whole_run": ratio(two, one, "whole_run_bytes_per_s"),
+        "two_over_one_after_warmup": ratio(two, one, "after_warmup_bytes_per_s"),
+        "two_proxies_over_two_producers_one_proxy_whole_run": ratio(two, same, "whole_run_bytes_per_s"),
+        "two_proxies_over_two_producers_one_proxy_after_warmup": ratio(two, same, "after_warmup_bytes_per_s"),
     }
 
 
@@ -489,6 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = (
         budget["one_proxy"]["errors"]
         or budget["two_proxies"]["errors"]
+        or budget["two_producers_one_proxy"]["errors"]
         or any(figures[t][k]["errors"] for t in ("direct", "proxy") for k in ("produce", "consume", "latency"))
     )
     complete = all(figures[t]["consume"]["messages"] == args.messages for t in ("direct", "proxy"))

@@ -46,7 +46,13 @@ def test_proxy_bench_quick_prints_its_report(tmp_path):
         assert set(unthrottled[target]["latency"]) >= {"p50_ms", "p99_ms"}
     assert set(unthrottled["ratios"]) >= {"produce_mb_per_s", "consume_mb_per_s"}
     budget = report["results"]["fleet_budget"]
-    assert set(budget) >= {"quota_bytes_per_s", "one_proxy", "two_proxies", "two_over_one_whole_run"}
+    assert set(budget) >= {
+        "quota_bytes_per_s",
+        "one_proxy",
+        "two_proxies",
+        "two_over_one_whole_run",
+        "two_producers_one_proxy",
+    }
     for run, proxies in (("one_proxy", 1), ("two_proxies", 2)):
         assert budget[run]["proxies"] == proxies
         assert budget[run]["errors"] == 0 and budget[run]["acked_bytes"] > 0

@@ -7,6 +7,7 @@ SASL/PLAIN (``_sasl.py``). See ``server.py`` for why it is built this way.
 """
 
 from ._backend import GrpcTarget
+from ._config import PROXY_MAX_REQUEST_BYTES
 from ._sasl import PlainCredentials, SaslError
 from .server import (
     DEFAULT_FRONTEND_PORT,
@@ -22,6 +23,7 @@ from .server import (
 __all__ = [
     "DEFAULT_FRONTEND_PORT",
     "DEFAULT_MAX_REQUEST_BYTES",
+    "PROXY_MAX_REQUEST_BYTES",
     "FrontendConfig",
     "FrontendServer",
     "FrontendStats",

@@ -1,0 +1,170 @@
+"""The proxy's edges with real clients and real sockets: kafka-python's admin client through it, a request over
+Kafka's size limit, an upstream that stalls, and a frontend without an upstream refusing Produce and Fetch at
+once."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import kafka.admin as kafka_admin
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from quotaplane.errors import Errors
+from quotaplane.protocol import ApiKey, MetadataRequest, encode_request
+from quotaplane.services.frontend import PROXY_MAX_REQUEST_BYTES, serve_frontend
+from quotaplane.services.proxy import ProxyConfig
+from tests.services.frontend.conftest import WireClient
+
+from .conftest import TANSU_NODE_ID, Proxied, broker_port_base
+from .test_proxy import produce_request, record_batch
+
+
+def test_kafka_python_admin_creates_and_lists_topics_through_the_proxy(proxied: Proxied) -> None:
+    admin = kafka_admin.KafkaAdminClient(bootstrap_servers=proxied.bootstrap, client_id="qp-kafka-python")
+    try:
+        admin.create_topics([kafka_admin.NewTopic("from-kafka-python", 2, 1)])
+        assert "from-kafka-python" in admin.list_topics()
+        [cluster_node] = admin.describe_cluster()["brokers"]
+        assert (cluster_node["broker_id"], cluster_node["port"]) == (
+            TANSU_NODE_ID,
+            proxied.frontend.proxy.brokers.proxy_port(TANSU_NODE_ID),
+        )
+    finally:
+        admin.close()
+
+
+def test_a_request_over_kafkas_limit_closes_that_connection(proxied: Proxied) -> None:
+    client = WireClient(proxied.frontend.proxy.brokers.proxy_port(TANSU_NODE_ID), client_id="huge")
+    try:
+        client.send_raw(struct.pack(">i", PROXY_MAX_REQUEST_BYTES + 1))  # closed before anything is allocated
+        assert client.closed_by_server()
+    finally:
+        client.close()
+    other = WireClient(proxied.port, client_id="after-huge")
+    try:
+        assert other.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
+    finally:
+        other.close()
+
+
+@pytest.fixture
+def stalling_upstream() -> Iterator[int]:
+    """A TCP server that accepts and reads but never answers: a broker that hangs."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def run() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            held.append(conn)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_a_stalling_upstream_times_out_and_closes_only_its_clients(proxied: Proxied, stalling_upstream: int) -> None:
+    # the first bootstrap broker accepts and never answers: discovery gives up on it after connect_timeout_s and
+    # asks the next (Tansu); a client on the bootstrap port is forwarded to the first that accepts, the stalling one
+    server = serve_frontend(
+        proxied.cluster.gateway_address,
+        proxied.cluster.admin_address,
+        port=0,
+        upstream=ProxyConfig(
+            bootstrap=f"127.0.0.1:{stalling_upstream},{proxied.tansu.bootstrap}",
+            broker_port_base=broker_port_base(),
+            connect_timeout_s=1.0,
+            request_timeout_s=1.0,
+        ),
+    )
+    try:
+        client = WireClient(server.port, client_id="stalled")
+        started = time.monotonic()
+        client.send_raw(encode_request(ApiKey.METADATA, 4, 1, MetadataRequest(topics=None), client_id="stalled"))
+        assert client.closed_by_server(timeout_s=10)
+        assert time.monotonic() - started < 10
+        client.close()
+        assert server.stats.upstream_errors == 1
+        healthy = WireClient(server.proxy.brokers.proxy_port(TANSU_NODE_ID), client_id="healthy")
+        try:
+            assert healthy.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
+        finally:
+            healthy.close()
+    finally:
+        server.close()
+
+
+# --- no upstream ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def standalone(proxied: Proxied) -> Iterator[int]:
+    """A frontend of the same cluster without an upstream: it serves only quotaplane's own APIs."""
+    server = serve_frontend(proxied.cluster.gateway_address, proxied.cluster.admin_address, port=0)
+    try:
+        yield server.port
+    finally:
+        server.close()
+
+
+def test_without_an_upstream_produce_is_refused_at_once(standalone: int) -> None:
+    client = WireClient(standalone, client_id="lost-producer")
+    try:
+        answer = client.call(ApiKey.PRODUCE, 8, produce_request("t", record_batch([b"x"])))
+        [topic] = answer.responses
+        [partition] = topic.partition_responses
+        assert partition.error_code == Errors.INVALID_REQUEST
+        assert "--upstream-bootstrap" in partition.error_message
+        client.send_raw(encode_request(ApiKey.PRODUCE, 7, 9, produce_request("t", record_batch([b"y"]), acks=0)))
+        assert client.closed_by_server()  # acks=0: the client learns of a failed produce by the close
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(("version", "closed"), [(4, True), (7, False), (11, False)])
+def test_without_an_upstream_fetch_is_refused_at_once(standalone: int, version: int, closed: bool) -> None:
+    client = WireClient(standalone, client_id="lost-consumer")
+    try:
+        frame = struct.pack(">hhih", ApiKey.FETCH, version, 5, 2) + b"lc" + b"\x00" * 40
+        client.send_raw(struct.pack(">i", len(frame)) + frame)
+        answer = client.read_frame()
+        if closed:  # Fetch before v7 has no top-level error: the connection is closed
+            assert answer is None
+        else:
+            assert answer is not None
+            correlation_id, throttle, error = struct.unpack_from(">iih", answer, 0)
+            assert (correlation_id, throttle, error) == (5, 0, Errors.INVALID_REQUEST)
+    finally:
+        client.close()
+
+
+def test_without_an_upstream_a_librdkafka_producer_fails_fast(standalone: int) -> None:
+    """A producer pointed at a frontend without an upstream gets an error once its topic.metadata.propagation.max.ms
+    has passed (30 s by default; 2 s here), not after its 5-minute message timeout: the frontend offers no Produce
+    in ApiVersions and its Metadata names no topic."""
+    errors: list[object] = []
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{standalone}", "topic.metadata.propagation.max.ms": 2000})
+    started = time.monotonic()
+    try:
+        producer.produce("nowhere", b"x", on_delivery=lambda err, _msg: errors.append(err))
+    except KafkaException as e:  # refused before it is even queued
+        errors.append(e)
+    producer.flush(60)
+    assert errors and errors[0] is not None
+    assert time.monotonic() - started < 60
