@@ -142,6 +142,12 @@ def _add_frontend_options(up: argparse.ArgumentParser) -> None:
     )
     proxy.add_argument("--upstream-max-brokers", default="1000", help="node ids 0..N-1 get a proxy port (default 1000)")
     proxy.add_argument(
+        "--upstream-sasl-username", metavar="USER", help="SASL/PLAIN user the proxy authenticates to the upstream as"
+    )
+    proxy.add_argument(
+        "--upstream-sasl-password-file", metavar="FILE", help="file whose first line is that user's password"
+    )
+    proxy.add_argument(
         "--upstream-fail-closed",
         action="store_true",
         help="close client connections while the gateway is unreachable (default: forward unthrottled)",
@@ -152,7 +158,7 @@ def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, KafkaListener
     """The frontend's port (None: none) and ``KafkaListener`` from ``up``'s flags; bad values and files are
     a LaunchError / ValueError with one line."""
     from quotaplane.services.frontend import KafkaListener, PlainCredentials, tls_context
-    from quotaplane.services.proxy import ProxyConfig
+    from quotaplane.services.proxy import ProxyConfig, UpstreamSasl
 
     port = _int_option("--frontend-port", args.frontend_port)
     if port == -1:
@@ -168,12 +174,17 @@ def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, KafkaListener
     advertised_port = args.advertised_port
     credentials = args.sasl_credentials_file
     upstream = None
+    if (args.upstream_sasl_username is None) != (args.upstream_sasl_password_file is None):
+        raise ValueError("--upstream-sasl-username needs --upstream-sasl-password-file, and a password file a user")
     if args.upstream_bootstrap is not None:
         upstream = ProxyConfig(
             bootstrap=args.upstream_bootstrap,
             broker_port_base=_int_option("--upstream-broker-port-base", args.upstream_broker_port_base),
             max_brokers=_int_option("--upstream-max-brokers", args.upstream_max_brokers),
             fail_closed=args.upstream_fail_closed,
+            sasl=None
+            if args.upstream_sasl_username is None
+            else UpstreamSasl.from_file(args.upstream_sasl_username, args.upstream_sasl_password_file),
         )
     listener = KafkaListener(
         advertised_host=args.advertised_host,

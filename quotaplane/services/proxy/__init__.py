@@ -10,7 +10,7 @@ and the versions offered (``_rewrite.py``), and the shared state of one proxy (`
 from ._brokers import BrokerMap, parse_bootstrap
 from ._proxy import DEFAULT_BROKER_PORT_BASE, ProxyConfig, UpstreamProxy
 from ._rewrite import LOCAL_APIS, REWRITTEN_APIS, offered_versions, rewrite_response
-from ._upstream import UpstreamClosedError, UpstreamConnection, UpstreamInfo, discover
+from ._upstream import UpstreamClosedError, UpstreamConnection, UpstreamInfo, UpstreamSasl, discover
 
 __all__ = [
     "DEFAULT_BROKER_PORT_BASE",
@@ -22,6 +22,7 @@ __all__ = [
     "UpstreamConnection",
     "UpstreamInfo",
     "UpstreamProxy",
+    "UpstreamSasl",
     "discover",
     "offered_versions",
     "parse_bootstrap",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ._brokers import BrokerMap, parse_bootstrap
 from ._rewrite import offered_versions
-from ._upstream import UpstreamClosedError, UpstreamConnection, discover
+from ._upstream import UpstreamClosedError, UpstreamConnection, UpstreamSasl, discover
 
 __all__ = ["DEFAULT_BROKER_PORT_BASE", "ProxyConfig", "UpstreamProxy"]
 
@@ -43,6 +43,8 @@ class ProxyConfig:
     #: closes client connections instead of forwarding.
     fail_closed: bool = False
     refresh_interval_s: float = 1.0
+    #: The proxy's own SASL/PLAIN credentials for the upstream; None: plaintext, no SASL.
+    sasl: UpstreamSasl | None = None
 
     def __post_init__(self) -> None:
         parse_bootstrap(self.bootstrap)  # a clear ValueError at start-up
@@ -75,7 +77,7 @@ class UpstreamProxy:
         await self._discover()
 
     async def _discover(self) -> None:
-        info = await discover(self.brokers.bootstrap, timeout_s=self.config.connect_timeout_s)
+        info = await discover(self.brokers.bootstrap, timeout_s=self.config.connect_timeout_s, sasl=self.config.sasl)
         self._last_refresh = time.monotonic()
         self.versions = offered_versions(info.versions)
         self.cluster_id = info.cluster_id
@@ -106,7 +108,7 @@ class UpstreamProxy:
             failures = []
             for host, port in self.brokers.bootstrap:
                 try:
-                    return await UpstreamConnection.open(host, port, timeout_s=timeout_s)
+                    return await UpstreamConnection.open(host, port, timeout_s=timeout_s, sasl=self.config.sasl)
                 except UpstreamClosedError as e:
                     failures.append(str(e))
             raise UpstreamClosedError("; ".join(failures))
@@ -116,4 +118,4 @@ class UpstreamProxy:
             address = self.brokers.upstream(node_id)
         if address is None:
             raise UpstreamClosedError(f"upstream broker {node_id} is not in the upstream's Metadata")
-        return await UpstreamConnection.open(*address, timeout_s=timeout_s)
+        return await UpstreamConnection.open(*address, timeout_s=timeout_s, sasl=self.config.sasl)

@@ -19,7 +19,7 @@ import collections
 import contextlib
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from quotaplane.errors import Errors
 from quotaplane.protocol import (
@@ -27,11 +27,13 @@ from quotaplane.protocol import (
     ApiVersionsRequest,
     MetadataRequest,
     ProtocolError,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
     decode_response,
     encode_request,
 )
 
-__all__ = ["UpstreamClosedError", "UpstreamConnection", "UpstreamInfo", "discover"]
+__all__ = ["UpstreamClosedError", "UpstreamConnection", "UpstreamInfo", "UpstreamSasl", "discover"]
 
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
@@ -57,14 +59,41 @@ class UpstreamConnection:
         self._unanswered: collections.deque[int] = collections.deque(maxlen=1024)
 
     @classmethod
-    async def open(cls, host: str, port: int, *, timeout_s: float) -> UpstreamConnection:
+    async def open(
+        cls, host: str, port: int, *, timeout_s: float, sasl: UpstreamSasl | None = None
+    ) -> UpstreamConnection:
+        """Connect, and with ``sasl`` authenticate as the proxy's own principal before anything is forwarded."""
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             async with asyncio.timeout(timeout_s):
                 reader, writer = await asyncio.open_connection(host, port, limit=1024 * 1024)
         except (OSError, TimeoutError) as e:
             raise UpstreamClosedError(f"cannot connect to upstream broker {where}: {e or 'timed out'}") from None
-        return cls(reader, writer, where)
+        connection = cls(reader, writer, where)
+        if sasl is not None:
+            try:
+                await connection.authenticate(sasl, timeout_s)
+            except BaseException:
+                await connection.close()
+                raise
+        return connection
+
+    async def authenticate(self, sasl: UpstreamSasl, timeout_s: float) -> None:
+        """SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v1) as the proxy's configured user; the upstream
+        sees the proxy, quotaplane enforces the clients' principals."""
+        handshake = await _ask(self, ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"), timeout_s)
+        if handshake.error_code:
+            raise UpstreamClosedError(
+                f"upstream broker {self.where} refuses SASL/PLAIN (error {handshake.error_code}; "
+                f"it offers {', '.join(handshake.mechanisms) or 'no mechanism'})"
+            )
+        token = b"\x00" + sasl.username.encode() + b"\x00" + sasl.password.encode()
+        answer = await _ask(self, ApiKey.SASL_AUTHENTICATE, 1, SaslAuthenticateRequest(auth_bytes=token), timeout_s)
+        if answer.error_code:
+            raise UpstreamClosedError(
+                f"upstream broker {self.where} refused the proxy's credentials for {sasl.username!r}: "
+                f"{answer.error_message or answer.error_code}"
+            )
 
     async def send(self, frame: bytes | bytearray | memoryview, *, answered: bool = True) -> None:
         """Write one request frame (without its size prefix); ``answered=False``: its answer is not awaited."""
@@ -113,6 +142,28 @@ class UpstreamConnection:
 
 
 @dataclass(frozen=True)
+class UpstreamSasl:
+    """The proxy's own SASL/PLAIN credentials for the upstream (the clients' never leave the proxy)."""
+
+    username: str
+    password: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.username or "\x00" in self.username or "\x00" in self.password:
+            raise ValueError("the upstream SASL user must be non-empty, and neither it nor its password a NUL")
+
+    @classmethod
+    def from_file(cls, username: str, password_file: str) -> UpstreamSasl:
+        """The password is the first line of ``password_file`` (a file, so it is not in the process list)."""
+        try:
+            with open(password_file, encoding="utf-8") as f:
+                password = f.readline().rstrip("\r\n")
+        except OSError as e:
+            raise ValueError(f"cannot read the upstream SASL password file {password_file}: {e.strerror}") from None
+        return cls(username, password)
+
+
+@dataclass(frozen=True)
 class UpstreamInfo:
     """What one bootstrap broker said: its API versions and the cluster's brokers."""
 
@@ -132,13 +183,15 @@ async def _ask(connection: UpstreamConnection, api_key: int, version: int, body:
         raise UpstreamClosedError(f"upstream broker {connection.where}: malformed response: {e}") from None
 
 
-async def discover(bootstrap: Sequence[tuple[str, int]], *, timeout_s: float = 10.0) -> UpstreamInfo:
+async def discover(
+    bootstrap: Sequence[tuple[str, int]], *, timeout_s: float = 10.0, sasl: UpstreamSasl | None = None
+) -> UpstreamInfo:
     """ApiVersions and Metadata from the first bootstrap broker that answers; :class:`UpstreamClosedError`
     naming every address tried when none does."""
     failures = []
     for host, port in bootstrap:
         try:
-            connection = await UpstreamConnection.open(host, port, timeout_s=timeout_s)
+            connection = await UpstreamConnection.open(host, port, timeout_s=timeout_s, sasl=sasl)
         except UpstreamClosedError as e:
             failures.append(str(e))
             continue

@@ -16,8 +16,8 @@ from confluent_kafka import KafkaException, Producer
 
 from quotaplane.errors import Errors
 from quotaplane.protocol import ApiKey, MetadataRequest, encode_request
-from quotaplane.services.frontend import PROXY_MAX_REQUEST_BYTES, serve_frontend
-from quotaplane.services.proxy import ProxyConfig
+from quotaplane.services.frontend import PROXY_MAX_REQUEST_BYTES, PlainCredentials, serve_frontend
+from quotaplane.services.proxy import ProxyConfig, UpstreamSasl
 from tests.services.frontend.conftest import WireClient
 
 from .conftest import TANSU_NODE_ID, Proxied, broker_port_base
@@ -168,3 +168,58 @@ def test_without_an_upstream_a_librdkafka_producer_fails_fast(standalone: int) -
     producer.flush(60)
     assert errors and errors[0] is not None
     assert time.monotonic() - started < 60
+
+
+# --- the proxy's own credentials upstream -----------------------------------------------------------------------
+@pytest.fixture
+def sasl_upstream(proxied: Proxied, tmp_path) -> Iterator[int]:
+    """A Kafka server that requires SASL/PLAIN: a quotaplane frontend with a credentials file (user proxy)."""
+    credentials = tmp_path / "users"
+    credentials.write_text("proxy:s3cret\n")
+    server = serve_frontend(
+        proxied.cluster.gateway_address,
+        proxied.cluster.admin_address,
+        port=0,
+        sasl_credentials=PlainCredentials.load(credentials),
+    )
+    try:
+        yield server.port
+    finally:
+        server.close()
+
+
+def test_the_proxy_authenticates_upstream_with_its_own_credentials(
+    proxied: Proxied, sasl_upstream: int, tmp_path
+) -> None:
+    password = tmp_path / "password"
+    password.write_text("s3cret\n")
+    server = serve_frontend(
+        proxied.cluster.gateway_address,
+        proxied.cluster.admin_address,
+        port=0,
+        upstream=ProxyConfig(
+            bootstrap=f"127.0.0.1:{sasl_upstream}",
+            broker_port_base=broker_port_base(),
+            sasl=UpstreamSasl.from_file("proxy", str(password)),
+        ),
+    )
+    try:
+        client = WireClient(server.port, client_id="plain-client")  # the client itself sends no SASL
+        try:
+            [broker] = client.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
+        finally:
+            client.close()
+        assert (broker.node_id, broker.port) == (0, server.proxy.brokers.proxy_port(0))  # rewritten
+    finally:
+        server.close()
+    with pytest.raises(OSError, match="refused the proxy's credentials"):
+        serve_frontend(
+            proxied.cluster.gateway_address,
+            proxied.cluster.admin_address,
+            port=0,
+            upstream=ProxyConfig(
+                bootstrap=f"127.0.0.1:{sasl_upstream}",
+                broker_port_base=broker_port_base(),
+                sasl=UpstreamSasl("proxy", "wrong"),
+            ),
+        )
