@@ -102,8 +102,41 @@ frontend, or (NodePort Service) outside the node-port range, since clients are t
 {{- if $p.failClosed }}
 {{- $flags = append $flags "--upstream-fail-closed" -}}
 {{- end }}
+{{- if include "quotaplane.upstreamSasl" $ }}
+{{- $flags = append $flags (printf "--upstream-sasl-username=%s" ($p.sasl.username | replace "$" "$$")) -}}
+{{- $flags = append $flags "--upstream-sasl-password-file=/etc/quotaplane/upstream-sasl/password" -}}
+{{- end }}
 {{- end }}
 {{- toJson $flags -}}
+{{- end -}}
+
+{{/*
+SASL/PLAIN from the proxy to the upstream (frontend.proxy.sasl): "true" when on (proxy mode and a username), else
+empty. The password stays in a Secret of the user's (values would put it in the release's history): its key is
+mounted read-only as /etc/quotaplane/upstream-sasl/password. A username without that Secret fails the render.
+The username's "$" is doubled above so the kubelet's $(VAR) expansion passes it through unchanged.
+*/}}
+{{- define "quotaplane.upstreamSasl" -}}
+{{- $p := .Values.frontend.proxy -}}
+{{- if and $p.enabled $p.sasl.username }}
+{{- $_ := required "frontend.proxy.sasl.existingSecret is required with frontend.proxy.sasl.username: the name of a Secret holding that user's password (under frontend.proxy.sasl.passwordKey)" $p.sasl.existingSecret -}}
+true
+{{- end }}
+{{- end -}}
+
+{{- define "quotaplane.upstreamSaslMount" -}}
+{{- if include "quotaplane.upstreamSasl" . }}
+- {name: upstream-sasl, mountPath: /etc/quotaplane/upstream-sasl, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "quotaplane.upstreamSaslVolume" -}}
+{{- if include "quotaplane.upstreamSasl" . }}
+- name: upstream-sasl
+  secret:
+    secretName: {{ .Values.frontend.proxy.sasl.existingSecret | quote }}
+    items: [{key: {{ .Values.frontend.proxy.sasl.passwordKey | default "password" | quote }}, path: password}]
+{{- end }}
 {{- end -}}
 
 {{/* env, mounts and volume of the operator tokens (operatorTokens.existingSecret) */}}
@@ -264,6 +297,11 @@ spec:
         {{- if and (eq $component "frontend") $.Values.sasl.enabled }}
         - {name: sasl, mountPath: /etc/quotaplane/sasl, readOnly: true}
         {{- end }}
+        {{- if eq $component "frontend" }}
+        {{- with include "quotaplane.upstreamSaslMount" $ }}
+        {{- . | nindent 8 }}
+        {{- end }}
+        {{- end }}
       startupProbe:
         grpc:
           port: {{ $.Values.ports.admin }}
@@ -291,6 +329,11 @@ spec:
     - name: sasl
       secret:
         secretName: {{ include "quotaplane.saslSecret" $ }}
+    {{- end }}
+    {{- if eq $component "frontend" }}
+    {{- with include "quotaplane.upstreamSaslVolume" $ }}
+    {{- . | nindent 4 }}
+    {{- end }}
     {{- end }}
   {{- with $v.nodeSelector }}
   nodeSelector:

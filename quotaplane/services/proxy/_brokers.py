@@ -18,6 +18,8 @@ own refreshes), so brokers that join are served as soon as they appear in one.
 (19102, ('10.0.0.2', 9092), 1)
 >>> brokers.proxy_port(100) is None
 True
+>>> brokers.learn([(2, "10.0.0.2", 9092)]), brokers.nodes  # a complete answer without broker 1: it left
+([], [2])
 """
 
 from __future__ import annotations
@@ -82,10 +84,17 @@ class BrokerMap:
     def nodes(self) -> list[int]:
         return sorted(self._upstream)
 
-    def learn(self, brokers: Iterable[tuple[int, str, int]]) -> list[int]:
+    def learn(self, brokers: Iterable[tuple[int, str, int]], *, complete: bool = True) -> list[int]:
         """Record the upstream's brokers from a Metadata / DescribeCluster answer; returns the node ids that
-        are new or moved (their listeners may need starting)."""
+        are new or moved (their listeners may need starting). ``complete``: the answer lists every live broker
+        (Metadata and DescribeCluster do), so a known broker missing from it has left the cluster and is
+        forgotten: a client on its port is then refused instead of forwarded to a stale address."""
+        brokers = list(brokers)
         changed = []
+        if complete and brokers:
+            for gone in sorted(set(self._upstream) - {node_id for node_id, _, _ in brokers}):
+                log.warning("upstream broker %d (%s:%d) left the upstream's Metadata", gone, *self._upstream[gone])
+                del self._upstream[gone]
         for node_id, host, port in brokers:
             if self.proxy_port(node_id) is None:
                 if node_id not in self._unmapped:

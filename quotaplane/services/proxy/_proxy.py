@@ -102,20 +102,28 @@ class UpstreamProxy:
 
     async def connect(self, node_id: int | None) -> UpstreamConnection:
         """The upstream connection behind a client connection on ``node_id``'s port (None: the bootstrap
-        port, served by the first bootstrap broker that accepts)."""
+        port, served by the first bootstrap broker that accepts). A broker that cannot be reached makes the
+        proxy ask the upstream again: if it moved, the new address is tried; if it left the cluster, the
+        client is refused with that reason."""
         timeout_s = self.config.connect_timeout_s
+        sasl = self.config.sasl
         if node_id is None:
             failures = []
             for host, port in self.brokers.bootstrap:
                 try:
-                    return await UpstreamConnection.open(host, port, timeout_s=timeout_s, sasl=self.config.sasl)
+                    return await UpstreamConnection.open(host, port, timeout_s=timeout_s, sasl=sasl)
                 except UpstreamClosedError as e:
                     failures.append(str(e))
             raise UpstreamClosedError("; ".join(failures))
         address = self.brokers.upstream(node_id)
-        if address is None:
-            await self.refresh()
-            address = self.brokers.upstream(node_id)
-        if address is None:
+        if address is not None:
+            try:
+                return await UpstreamConnection.open(*address, timeout_s=timeout_s, sasl=sasl)
+            except UpstreamClosedError:
+                pass  # moved or gone: ask the upstream
+        self._last_refresh = 0.0  # a broker we cannot reach is reason enough to ask now
+        await self.refresh()
+        moved = self.brokers.upstream(node_id)
+        if moved is None:
             raise UpstreamClosedError(f"upstream broker {node_id} is not in the upstream's Metadata")
-        return await UpstreamConnection.open(*address, timeout_s=timeout_s, sasl=self.config.sasl)
+        return await UpstreamConnection.open(*moved, timeout_s=timeout_s, sasl=sasl)

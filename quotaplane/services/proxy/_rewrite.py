@@ -153,7 +153,7 @@ def rewrite_response(
     came), and the node ids the response taught ``brokers`` (new or moved)."""
     decoded = decode_response(api_key, api_version, frame)
     body = decoded.body
-    learned = brokers.learn(upstream_brokers(api_key, body))
+    learned = brokers.learn(upstream_brokers(api_key, body), complete=api_key != ApiKey.FIND_COORDINATOR)
 
     def address(node_id: int) -> tuple[str, int] | None:
         port = brokers.proxy_port(node_id)

@@ -223,3 +223,50 @@ def test_the_proxy_authenticates_upstream_with_its_own_credentials(
                 sasl=UpstreamSasl("proxy", "wrong"),
             ),
         )
+
+
+def test_a_broker_that_leaves_the_upstreams_metadata_is_refused(proxied: Proxied) -> None:
+    """Two single-broker Kafka servers (quotaplane frontends presenting node ids 3 and 5) as the upstream's
+    bootstrap list: the proxy learns node 3 from the first; when it goes away, the proxy asks again, the
+    second answers with node 5 only, and a client on node 3's proxy port is refused, logged, not forwarded."""
+    gateway, admin = proxied.cluster.gateway_address, proxied.cluster.admin_address
+    first = serve_frontend(gateway, admin, port=0, node_id=3)
+    second = serve_frontend(gateway, admin, port=0, node_id=5)
+    server = serve_frontend(
+        gateway,
+        admin,
+        port=0,
+        upstream=ProxyConfig(
+            bootstrap=f"127.0.0.1:{first.port},127.0.0.1:{second.port}",
+            broker_port_base=broker_port_base(),
+            connect_timeout_s=2.0,
+        ),
+    )
+    try:
+        assert server.proxy.brokers.nodes == [3]
+        node3_port = server.proxy.brokers.proxy_port(3)
+        client = WireClient(node3_port, client_id="before")
+        try:
+            [broker] = client.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
+            assert (broker.node_id, broker.port) == (3, node3_port)
+        finally:
+            client.close()
+        first.close()  # broker 3 leaves
+        late = WireClient(node3_port, client_id="after")
+        try:
+            late.send_raw(encode_request(ApiKey.METADATA, 4, 1, MetadataRequest(topics=None), client_id="after"))
+            assert late.closed_by_server()
+        finally:
+            late.close()
+        assert server.proxy.brokers.nodes == [5]
+        assert server.stats.upstream_errors >= 1
+        fresh = WireClient(server.proxy.brokers.proxy_port(5), client_id="node5")
+        try:
+            [broker] = fresh.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
+            assert broker.node_id == 5
+        finally:
+            fresh.close()
+    finally:
+        server.close()
+        first.close()
+        second.close()

@@ -39,8 +39,17 @@ def test_learn_reports_new_and_moved_brokers_only() -> None:
     brokers = BrokerMap("a:9092", broker_port_base=20000, max_brokers=10)
     assert brokers.learn([(1, "h1", 9092), (2, "h2", 9092)]) == [1, 2]
     assert brokers.learn([(1, "h1", 9092), (2, "h2", 9092)]) == []
-    assert brokers.learn([(2, "h2b", 9093), (12, "far", 9092)]) == [2]  # 12: outside the range, left out
-    assert brokers.upstream(2) == ("h2b", 9093) and brokers.upstream(12) is None and brokers.nodes == [1, 2]
+    moved = brokers.learn([(2, "h2b", 9093), (12, "far", 9092)], complete=False)  # 12: outside the range
+    assert moved == [2] and brokers.upstream(2) == ("h2b", 9093) and brokers.upstream(12) is None
+    assert brokers.nodes == [1, 2]
+
+
+def test_a_broker_missing_from_a_complete_answer_has_left() -> None:
+    brokers = BrokerMap("a:9092", broker_port_base=20000, max_brokers=10)
+    brokers.learn([(1, "h1", 9092), (2, "h2", 9092)])
+    assert brokers.learn([], complete=True) == [] and brokers.nodes == [1, 2]  # an empty answer proves nothing
+    assert brokers.learn([(2, "h2", 9092), (3, "h3", 9092)]) == [3]
+    assert brokers.nodes == [2, 3] and brokers.upstream(1) is None
 
 
 @pytest.mark.parametrize(
