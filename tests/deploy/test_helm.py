@@ -101,10 +101,16 @@ def with_proxy(**proxy) -> dict:
     return values
 
 
+# The same proxy authenticating to the upstream with SASL/PLAIN, its password in a Secret of the user's.
+PROXY_SASL_VALUES = with_proxy(
+    sasl={"username": "quota$proxy", "existingSecret": "upstream-kafka", "passwordKey": "pw"}
+)
+
 RENDERINGS = {
     "helm-default": lambda: render(),
     "helm-production": lambda: render(production_values()),
     "helm-proxy": lambda: render(PROXY_VALUES),
+    "helm-proxy-sasl": lambda: render(PROXY_SASL_VALUES),
     "kustomize-base": lambda: kustomize(K8S / "base"),
     "kustomize-production": lambda: kustomize(K8S / "overlays" / "production"),
 }
@@ -115,9 +121,11 @@ def rendered(request) -> list[dict]:
     return RENDERINGS[request.param]()
 
 
-@pytest.mark.parametrize("values", [None, "production", "proxy"])
+@pytest.mark.parametrize("values", [None, "production", "proxy", "proxy-sasl"])
 def test_lint_strict_is_clean(values):
-    chosen = {None: None, "production": production_values(), "proxy": PROXY_VALUES}[values]
+    chosen = {None: None, "production": production_values(), "proxy": PROXY_VALUES, "proxy-sasl": PROXY_SASL_VALUES}[
+        values
+    ]
     report = helm.lint(CHART, chosen, strict=True, kube_version=f"v{KUBERNETES_VERSION}")
     assert report["errors"] == [] and report["messages"] == [], report
 
@@ -317,6 +325,13 @@ def test_k8s_base_is_the_chart_rendered():
         (with_proxy(brokerNodeIds=[-1]), "/frontend/proxy/brokerNodeIds/0"),
         (with_proxy(brokerPortBase=70000), "/frontend/proxy/brokerPortBase"),
         (with_proxy(failClosed="yes"), "/frontend/proxy/failClosed"),
+        (with_proxy(sasl={"username": 1}), "/frontend/proxy/sasl/username"),
+        (with_proxy(sasl={"username": "u", "existingSecret": "Not_A_Name"}), "/frontend/proxy/sasl/existingSecret"),
+        (
+            with_proxy(sasl={"username": "u", "existingSecret": "s", "passwordKey": ""}),
+            "/frontend/proxy/sasl/passwordKey",
+        ),
+        (with_proxy(sasl={"username": "u", "password": "secret"}), "/frontend/proxy/sasl"),  # never in values
     ],
 )
 def test_values_that_cannot_work_are_rejected_naming_the_value(values, named):
@@ -412,6 +427,50 @@ def test_proxy_mode_on_a_load_balancer_passes_what_it_is_given():
 def test_proxy_mode_is_off_by_default():
     for docs in (render(), render({"frontend": {"enabled": True, "advertisedHost": "k"}}), render(production_values())):
         assert "upstream" not in yaml.safe_dump(docs) and "broker-" not in yaml.safe_dump(docs)
+
+
+def test_proxy_sasl_mounts_the_users_secret_and_passes_its_path():
+    docs = render(PROXY_SASL_VALUES)
+    pod = one(docs, "Deployment", "-frontend")["spec"]["template"]["spec"]
+    up = frontend_up(docs)
+    # "$" doubled: the kubelet's $(VAR) expansion turns it back into the username as given
+    assert "--upstream-sasl-username=quota$$proxy" in up["args"]
+    assert "--upstream-sasl-password-file=/etc/quotaplane/upstream-sasl/password" in up["args"]
+    assert up["args"][-2:] == [a for a in up["args"] if a.startswith("--upstream-sasl-")]
+    assert {"name": "upstream-sasl", "mountPath": "/etc/quotaplane/upstream-sasl", "readOnly": True} in up[
+        "volumeMounts"
+    ]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "upstream-sasl"]
+    assert volume["secret"] == {"secretName": "upstream-kafka", "items": [{"key": "pw", "path": "password"}]}
+    # the password itself is nowhere in the release: no Secret of the chart's carries it
+    assert not by_kind(docs, "Secret")
+    # only the frontends talk to the upstream
+    for deployment in by_kind(docs, "Deployment"):
+        if deployment is not one(docs, "Deployment", "-frontend"):
+            assert "upstream-sasl" not in yaml.safe_dump(deployment)
+    assert "upstream-sasl" not in yaml.safe_dump(one(docs, "RayCluster"))
+    notes = helm.Chart.load(CHART).render(PROXY_SASL_VALUES, name="quotaplane")["quotaplane/templates/NOTES.txt"]
+    assert "SASL/PLAIN as quota$proxy" in notes and "pw of Secret upstream-kafka" in notes
+
+
+def test_proxy_sasl_is_off_by_default_and_outside_proxy_mode():
+    # the default passwordKey needs no value; off, the frontend pods are exactly those without the setting
+    with_default_key = render(with_proxy(sasl={"username": "u", "existingSecret": "s"}))
+    volumes = one(with_default_key, "Deployment", "-frontend")["spec"]["template"]["spec"]["volumes"]
+    [volume] = [v for v in volumes if v["name"] == "upstream-sasl"]
+    assert volume["secret"]["items"] == [{"key": "password", "path": "password"}]
+    assert "upstream-sasl" not in yaml.safe_dump(render(PROXY_VALUES))
+    notes = helm.Chart.load(CHART).render(PROXY_VALUES, name="quotaplane")["quotaplane/templates/NOTES.txt"]
+    assert "connect to the upstream without SASL" in notes
+    # a username with proxy mode off changes nothing
+    values = with_proxy(enabled=False, sasl={"username": "u"})
+    assert render(values) == render(with_proxy(enabled=False))
+
+
+def test_proxy_sasl_username_without_its_secret_fails_the_render():
+    message = "frontend.proxy.sasl.existingSecret is required with frontend.proxy.sasl.username: the name of a Secret"
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(with_proxy(sasl={"username": "u"}))
 
 
 @pytest.mark.parametrize(

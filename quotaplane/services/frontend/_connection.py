@@ -8,6 +8,8 @@ The life of a socket, as Kafka's ``SocketServer`` / ``Processor`` / ``KafkaChann
    ask again with the attempt id; a waiter older than ``max_admission_wait_s`` is abandoned and closed.
    REJECT: close (a socket refused for its IP's creation rate is held ``throttle_ms`` first, as Kafka
    holds it, so the client does not reconnect at once). A counted connection is released on close.
+   A gateway that cannot be asked: refused, except by a proxy that fails open (the default), which serves the
+   connection uncounted and unmetered.
 2. **Frames**: an int32 size, then that many bytes. A negative size or one above
    ``max_request_bytes`` (Kafka's ``socket.request.max.bytes``) closes the connection before anything
    is allocated for it, as Kafka's ``InvalidReceiveException`` does.
@@ -114,6 +116,13 @@ async def _admit(server: FrontendServer, ip: str) -> tuple[bool, bool]:
         )
 
 
+def _admit_without_gateway(server: FrontendServer) -> bool:
+    """A frontend without an upstream refuses connections it cannot admit (its budget is the gateway's and it
+    serves nothing else); a proxy fails open, keeping the tenants' traffic flowing, unless told to fail closed."""
+    proxy = server.proxy
+    return proxy is not None and not proxy.config.fail_closed
+
+
 def _peer_ip(peer: Any) -> tuple[str, int]:
     if isinstance(peer, tuple) and len(peer) >= 2:
         host = str(peer[0]).split("%", 1)[0]
@@ -138,8 +147,11 @@ async def serve_connection(
             accepted, counted = await _admit(server, ip)
         except Exception as e:
             server.note_backend_error("ConnectionService.Admit", e)
-            stats.connections_rejected += 1
-            return
+            if not _admit_without_gateway(server):
+                stats.connections_rejected += 1
+                return
+            stats.gateway_fail_open += 1  # a proxy failing open forwards unmetered, uncounted connections
+            accepted, counted = True, False
         if not accepted:
             return
         stats.connections_accepted += 1

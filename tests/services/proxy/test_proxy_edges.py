@@ -19,9 +19,10 @@ from quotaplane.protocol import ApiKey, MetadataRequest, encode_request
 from quotaplane.services.frontend import PROXY_MAX_REQUEST_BYTES, PlainCredentials, serve_frontend
 from quotaplane.services.proxy import ProxyConfig, UpstreamSasl
 from tests.services.frontend.conftest import WireClient
+from tests.support import free_port
 
 from .conftest import TANSU_NODE_ID, Proxied, broker_port_base
-from .test_proxy import produce_request, record_batch
+from .test_proxy import create_topic, produce_request, record_batch
 
 
 def test_kafka_python_admin_creates_and_lists_topics_through_the_proxy(proxied: Proxied) -> None:
@@ -270,3 +271,36 @@ def test_a_broker_that_leaves_the_upstreams_metadata_is_refused(proxied: Proxied
         server.close()
         first.close()
         second.close()
+
+
+@pytest.mark.parametrize("fail_closed", [False, True])
+def test_without_a_gateway_the_proxy_fails_open_or_closed(proxied: Proxied, fail_closed: bool) -> None:
+    """No gateway answers (its address is a port nobody listens on): by default the proxy keeps forwarding,
+    unmetered and counted; with fail_closed it refuses the clients instead."""
+    create_topic(proxied, f"no-gateway-{fail_closed}", 1)
+    dead_gateway = f"127.0.0.1:{free_port()}"
+    server = serve_frontend(
+        dead_gateway,
+        proxied.cluster.admin_address,
+        port=0,
+        upstream=ProxyConfig(
+            bootstrap=proxied.tansu.bootstrap, broker_port_base=broker_port_base(), fail_closed=fail_closed
+        ),
+    )
+    try:
+        client = WireClient(server.proxy.brokers.proxy_port(TANSU_NODE_ID), client_id="no-gateway")
+        try:
+            if fail_closed:
+                assert client.closed_by_server(timeout_s=30)
+            else:
+                assert client.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
+                answer = client.call(
+                    ApiKey.PRODUCE, 7, produce_request(f"no-gateway-{fail_closed}", record_batch([b"z"]))
+                )
+                assert answer.responses[0].partition_responses[0].error_code == 0 and answer.throttle_time_ms == 0
+        finally:
+            client.close()
+        assert server.stats.backend_errors >= 1
+        assert (server.stats.gateway_fail_open > 0) != fail_closed
+    finally:
+        server.close()
