@@ -36,8 +36,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .frames import response_body_offset
-from .types import ProtocolError, decode_unsigned_varint
+from .frames import response_body_offset, skip_tagged_fields
+from .types import ProtocolError
 
 __all__ = [
     "FETCH_SESSION_ID_NOT_FOUND",
@@ -81,11 +81,7 @@ def _request_body_offset(frame: bytes | bytearray | memoryview, version: int) ->
     (size,) = _I16.unpack_from(frame, 8)
     pos = 10 + max(size, 0)
     if version >= FLEXIBLE_SINCE:
-        count, pos = decode_unsigned_varint(frame, pos)
-        for _ in range(count):
-            _, pos = decode_unsigned_varint(frame, pos)
-            length, pos = decode_unsigned_varint(frame, pos)
-            pos += length
+        pos = skip_tagged_fields(frame, pos)
     if pos > len(frame):
         raise ProtocolError("the Fetch request header runs past the frame")
     return pos

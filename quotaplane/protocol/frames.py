@@ -24,7 +24,14 @@ import struct
 
 from .types import ProtocolError, decode_unsigned_varint
 
-__all__ = ["THROTTLE_FIRST", "peek_client_id", "peek_request", "response_body_offset", "set_throttle_time"]
+__all__ = [
+    "THROTTLE_FIRST",
+    "peek_client_id",
+    "peek_request",
+    "response_body_offset",
+    "set_throttle_time",
+    "skip_tagged_fields",
+]
 
 _HEAD = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
@@ -110,19 +117,25 @@ def peek_client_id(frame: bytes | bytearray | memoryview) -> str | None:
     return bytes(frame[10 : 10 + size]).decode("utf-8", "replace")
 
 
+def skip_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:
+    """The position after a tagged-field buffer at ``pos`` (a count, then per field a tag, a size and that
+    many bytes); ``ProtocolError`` when it runs past the frame."""
+    count, pos = decode_unsigned_varint(frame, pos)
+    for _ in range(count):
+        _, pos = decode_unsigned_varint(frame, pos)
+        size, pos = decode_unsigned_varint(frame, pos)
+        pos += size
+    if pos > len(frame):
+        raise ProtocolError("tagged fields run past the frame")
+    return pos
+
+
 def response_body_offset(frame: bytes | bytearray | memoryview, flexible: bool) -> int:
     """Where the body of a response frame starts: after the correlation id and, if flexible, the header's
     tagged fields (response header v1)."""
-    pos = 4
-    if flexible:
-        count, pos = decode_unsigned_varint(frame, pos)
-        for _ in range(count):
-            _, pos = decode_unsigned_varint(frame, pos)
-            size, pos = decode_unsigned_varint(frame, pos)
-            pos += size
-    if pos > len(frame):
-        raise ProtocolError("the response header runs past the frame")
-    return pos
+    if len(frame) < 4:
+        raise ProtocolError("the response ends inside its header")
+    return skip_tagged_fields(frame, 4) if flexible else 4
 
 
 def set_throttle_time(api_key: int, api_version: int, frame: bytearray, throttle_ms: int) -> bool:

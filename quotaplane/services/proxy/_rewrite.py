@@ -91,24 +91,20 @@ def offered_versions(upstream: Mapping[int, tuple[int, int]]) -> dict[int, tuple
     return dict(sorted(out.items()))
 
 
-def _metadata(body: Any, address: Callable[[int], tuple[str, int] | None]) -> None:
-    brokers = []
-    for broker in body.brokers:
-        mapped = address(broker.node_id)
-        if mapped is not None:
-            broker.host, broker.port = mapped
-            brokers.append(broker)
-    body.brokers = brokers
+def _brokers(id_field: str) -> Callable[[Any, Callable[[int], tuple[str, int] | None]], None]:
+    """Rewrite a response's ``brokers`` list (each broker's id in ``id_field``): mapped addresses, and the
+    brokers without a proxy port left out."""
 
+    def rewrite(body: Any, address: Callable[[int], tuple[str, int] | None]) -> None:
+        brokers = []
+        for broker in body.brokers:
+            mapped = address(getattr(broker, id_field))
+            if mapped is not None:
+                broker.host, broker.port = mapped
+                brokers.append(broker)
+        body.brokers = brokers
 
-def _describe_cluster(body: Any, address: Callable[[int], tuple[str, int] | None]) -> None:
-    brokers = []
-    for broker in body.brokers:
-        mapped = address(broker.broker_id)
-        if mapped is not None:
-            broker.host, broker.port = mapped
-            brokers.append(broker)
-    body.brokers = brokers
+    return rewrite
 
 
 def _coordinator(entry: Any, address: Callable[[int], tuple[str, int] | None]) -> None:
@@ -131,9 +127,9 @@ def _find_coordinator(body: Any, address: Callable[[int], tuple[str, int] | None
 
 
 _REWRITES: dict[int, tuple[type, Callable[[Any, Callable[[int], tuple[str, int] | None]], None]]] = {
-    ApiKey.METADATA: (MetadataResponse, _metadata),
+    ApiKey.METADATA: (MetadataResponse, _brokers("node_id")),
     ApiKey.FIND_COORDINATOR: (FindCoordinatorResponse, _find_coordinator),
-    ApiKey.DESCRIBE_CLUSTER: (DescribeClusterResponse, _describe_cluster),
+    ApiKey.DESCRIBE_CLUSTER: (DescribeClusterResponse, _brokers("broker_id")),
 }
 
 

@@ -122,6 +122,15 @@ class Proxied:
         assert main([*args, "--bootstrap-server", self.cluster.admin_address]) == 0
         self.wait_config()
 
+    def set_quota(self, key: str, value: float | None, client_id: str | None = None) -> None:
+        """``quotaplane quotas --alter`` of ``key`` for user ANONYMOUS (the proxy's principal without SASL), with
+        ``client_id`` if given; None deletes it. Returns once every part of the cluster has it."""
+        entity = ["--entity-type", "users", "--entity-name", "ANONYMOUS"]
+        if client_id is not None:
+            entity += ["--entity-type", "clients", "--entity-name", client_id]
+        change = ["--delete-config", key] if value is None else ["--add-config", f"{key}={value:g}"]
+        self.cli("quotas", "--alter", *change, *entity)
+
     def wait_config(self, *frontends: Any) -> None:
         """Until the shards, the gateway and each frontend's view of the enabled quota types (this proxy's and
         ``frontends``) have every config change made so far."""

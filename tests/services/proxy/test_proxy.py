@@ -168,21 +168,7 @@ def test_every_message_is_consumed_once_in_order_through_the_proxy(proxied: Prox
 
 def test_a_throttled_producer_obeys_and_loses_nothing(proxied: Proxied) -> None:
     create_topic(proxied, "slow", 2)
-    proxied.cli(
-        "quotas",
-        "--alter",
-        "--add-config",
-        "producer_byte_rate=20480",
-        "--entity-type",
-        "users",
-        "--entity-name",
-        "ANONYMOUS",
-        "--entity-type",
-        "clients",
-        "--entity-name",
-        "slow-producer",
-    )
-    proxied.wait_config()
+    proxied.set_quota("producer_byte_rate", 20480, "slow-producer")
     # Kafka lets a new client burst (the rate's window is padded to 10 s), so 300 kB exceed 20 kB/s only after
     # ~200 kB: the rest is throttled, a few seconds' worth
     produced = produce_checked(proxied, "slow", 300, {"client.id": "slow-producer"})
@@ -211,21 +197,7 @@ def core_first_throttle(client_id: str, quota: float, size: int) -> int:
 def test_produce_throttle_time_equals_the_cores(proxied: Proxied, version: int) -> None:
     create_topic(proxied, f"exact-{version}", 1)
     client_id = f"exact-{version}"
-    proxied.cli(
-        "quotas",
-        "--alter",
-        "--add-config",
-        "producer_byte_rate=5000",
-        "--entity-type",
-        "users",
-        "--entity-name",
-        "ANONYMOUS",
-        "--entity-type",
-        "clients",
-        "--entity-name",
-        client_id,
-    )
-    proxied.wait_config()
+    proxied.set_quota("producer_byte_rate", 5000, client_id)
     request = produce_request(f"exact-{version}", record_batch([b"v" * 1000] * 60))
     size = len(encode_request(ApiKey.PRODUCE, version, 1, request, client_id=client_id)) - 4
     client = broker_client(proxied, client_id)

@@ -39,21 +39,7 @@ T0 = 1_700_000_000_000
 
 
 def set_mutation_rate(proxied: Proxied, client_id: str, rate: float) -> None:
-    proxied.cli(
-        "quotas",
-        "--alter",
-        "--add-config",
-        f"controller_mutation_rate={rate:g}",
-        "--entity-type",
-        "users",
-        "--entity-name",
-        "ANONYMOUS",
-        "--entity-type",
-        "clients",
-        "--entity-name",
-        client_id,
-    )
-    proxied.wait_config()
+    proxied.set_quota("controller_mutation_rate", rate, client_id)
 
 
 def core_decision(client_id: str, rate: float, permits: list[int], *, strict: bool) -> tuple[list[bool], int]:

@@ -30,14 +30,6 @@ from .conftest import TANSU_NODE_ID, Proxied, Tansu, broker_port_base, start_tan
 from .test_proxy import broker_client, create_topic, produce_checked, produce_request, record_batch
 
 
-def set_quota(proxied: Proxied, key: str, value: float, client_id: str | None) -> None:
-    entity = ["--entity-type", "users", "--entity-name", "ANONYMOUS"]
-    if client_id is not None:
-        entity += ["--entity-type", "clients", "--entity-name", client_id]
-    proxied.cli("quotas", "--alter", "--add-config", f"{key}={value:g}", *entity)
-    proxied.wait_config()
-
-
 def fetch_frame(topic: str, version: int, client_id: str, *, max_bytes: int = 50 * 1024 * 1024) -> bytes:
     """A Fetch v4-v11 request for partition 0 of ``topic`` from offset 0, built by hand (the codec has no Fetch
     schema: the proxy never decodes one)."""
@@ -83,7 +75,7 @@ def fetch_topic(proxied: Proxied) -> str:
 
 
 def test_fetch_cap_is_the_cores_max_value_in_quota_window(proxied: Proxied, fetch_topic: str) -> None:
-    set_quota(proxied, "consumer_byte_rate", 7000, "capped")
+    proxied.set_quota("consumer_byte_rate", 7000, "capped")
     client = broker_client(proxied, "capped")
     try:
         raw_call(client, fetch_frame(fetch_topic, 11, "capped", max_bytes=10))  # under the cap: fetched
@@ -111,7 +103,7 @@ def test_a_throttled_fetch_is_answered_empty_with_the_cores_throttle(
     """Kafka caps a fetch at the quota's max value in one window, exactly what a first fetch may take
     unthrottled; so the same fetch twice: the second is throttled, un-recorded and answered empty."""
     client_id = f"throttled-reader-{version}"
-    set_quota(proxied, "consumer_byte_rate", 5000, client_id)
+    proxied.set_quota("consumer_byte_rate", 5000, client_id)
     cap = 5000 * 10
     # the same (capped) fetch by an unthrottled client: the response size the throttled one records
     free = broker_client(proxied, "free-reader")
@@ -146,7 +138,7 @@ def test_a_throttled_consumer_reads_everything_once_in_order(proxied: Proxied) -
     max_bytes and answers with everything it has, so a backlog above the cap would be throttled forever, as a
     Kafka broker throttles a first batch larger than the cap (KIP-74) forever."""
     create_topic(proxied, "drip", 1)
-    set_quota(proxied, "consumer_byte_rate", 40000, "drip-reader")
+    proxied.set_quota("consumer_byte_rate", 40000, "drip-reader")
     consumer = Consumer(
         {
             "bootstrap.servers": proxied.bootstrap,
@@ -183,17 +175,7 @@ def test_a_throttled_consumer_reads_everything_once_in_order(proxied: Proxied) -
 # --- KIP-936 producer ids --------------------------------------------------------------------------------------
 def test_new_producer_ids_beyond_the_rate_throttle_the_produce(proxied: Proxied) -> None:
     create_topic(proxied, "pids", 1)
-    proxied.cli(
-        "quotas",
-        "--alter",
-        "--add-config",
-        "producer_ids_rate=0.0001",
-        "--entity-type",
-        "users",
-        "--entity-name",
-        "ANONYMOUS",
-    )
-    proxied.wait_config()
+    proxied.set_quota("producer_ids_rate", 0.0001)
     ids = list(range(7_000_001, 7_000_009))
     batches = b"".join(record_batch([b"p"], producer_id=pid, epoch=0, sequence=0) for pid in ids)
     Topic = ProduceRequest.TopicProduceData
@@ -209,16 +191,7 @@ def test_new_producer_ids_beyond_the_rate_throttle_the_produce(proxied: Proxied)
     core.update_quota(ClientQuotaEntity(user="ANONYMOUS"), 0.0001)
     expected = max(core.record_and_get_throttle_time_ms("ANONYMOUS", pid, 1_700_000_000_000) for pid in ids)
     assert expected > 0 and answer.throttle_time_ms == expected
-    proxied.cli(
-        "quotas",
-        "--alter",
-        "--delete-config",
-        "producer_ids_rate",
-        "--entity-type",
-        "users",
-        "--entity-name",
-        "ANONYMOUS",
-    )
+    proxied.set_quota("producer_ids_rate", None)
 
 
 # --- several proxies, restarts, upstream failures ------------------------------------------------------------------
@@ -238,7 +211,7 @@ def second_proxy(proxied: Proxied) -> Iterator[FrontendServer]:
 
 def test_two_proxies_share_one_budget(proxied: Proxied, second_proxy: FrontendServer) -> None:
     create_topic(proxied, "shared", 1)
-    set_quota(proxied, "producer_byte_rate", 5000, "two-proxies")
+    proxied.set_quota("producer_byte_rate", 5000, "two-proxies")
     proxied.wait_config(second_proxy)
     request = produce_request("shared", record_batch([b"s" * 1000] * 60))
     size = len(encode_request(ApiKey.PRODUCE, 7, 1, request, client_id="two-proxies")) - 4
