@@ -76,16 +76,7 @@ def start_ray(
                 logging_level=logging.WARNING,
             )
         else:
-            ray.init(
-                address="local",
-                num_cpus=num_cpus,
-                resources=_private_resources(shards, shard_resources, controller_resources),
-                include_dashboard=False,
-                _temp_dir=str(cluster.ray_temp_dir),
-                namespace=NAMESPACE,
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-            )
+            _start_private_ray(cluster, num_cpus, _private_resources(shards, shard_resources, controller_resources))
     except Exception as e:
         what = f"join the Ray cluster at {cluster.ray_address}" if joined else "start Ray"
         raise LaunchError(f"cannot {what}: {first_line(e)}") from None
@@ -117,6 +108,40 @@ def _use_ray_token_auth() -> None:
     that setting into its config at import: set it and refresh the config, as Ray's own setup does."""
     os.environ["RAY_AUTH_MODE"] = "token"
     refresh_ray_config()
+
+
+#: Ray's own words when its raylet did not register with the GCS within its 30 s (node.py).
+_NODE_START_TIMEOUT = "timed out during startup"
+
+
+def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[str, float]) -> None:
+    """``ray.init`` of a private local Ray, started a second time if the first node timed out during start-up.
+
+    A node whose raylet misses Ray's 30 s registration window is gone for good (Ray does not retry), though a
+    second start usually succeeds at once: seen once in a full test run on 2 cores, right after another
+    private Ray of the same process had stopped. One retry, logged, keeps ``up`` from failing on it."""
+    import ray
+
+    def start() -> None:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            resources=resources,
+            include_dashboard=False,
+            _temp_dir=str(cluster.ray_temp_dir),
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+
+    try:
+        start()
+    except Exception as e:
+        if _NODE_START_TIMEOUT not in str(e):
+            raise
+        log.warning("Ray's node did not start in time (%s); starting it once more", first_line(e))
+        ray.shutdown()
+        start()
 
 
 def _check_gcs_answers(address: str, timeout_s: float) -> None:
