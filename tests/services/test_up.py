@@ -288,6 +288,9 @@ def _kafka_api_versions_answer(port: int) -> int:
         (["--kafka-operators", "admin"], "is not a principal such as User:admin"),
         (["--shard-resource", "=2"], "--shard-resource must be NAME or NAME=AMOUNT, got '=2'"),
         (["--controller-resource", "qp=lots"], "--controller-resource 'qp=lots': the amount must be a number"),
+        (["--upstream-bootstrap", "kafka"], "upstream bootstrap address 'kafka' is not HOST:PORT"),
+        (["--upstream-bootstrap", "k:9092", "--upstream-broker-port-base", "65000"], "do not fit in 1..65535"),
+        (["--upstream-sasl-username", "proxy"], "--upstream-sasl-username needs --upstream-sasl-password-file"),
     ],
 )
 def test_bad_options_fail_in_one_line(env, tmp_path, args, message):
@@ -318,3 +321,52 @@ def test_port_in_use_fails_before_starting_ray(env, tmp_path):
 def test_ray_temp_dir_falls_back_when_socket_paths_would_be_too_long(tmp_path):
     assert ray_temp_dir_for(Path("/tmp/q")) == Path("/tmp/q/ray")
     assert ray_temp_dir_for(tmp_path / ("x" * 80)) is None
+
+
+def test_up_fronts_a_kafka_cluster(env, short_dir, tmp_path):
+    """``up --upstream-bootstrap``: the proxy line names the upstream's brokers and their proxy ports, and a real
+    producer and consumer go through it to a real Tansu broker."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.services.proxy.conftest import TANSU_NODE_ID, start_tansu
+
+    tansu = start_tansu(tmp_path)
+    base = free_port() - TANSU_NODE_ID
+    up = Up(
+        short_dir / "data",
+        free_port(),
+        env,
+        "--upstream-bootstrap",
+        tansu.bootstrap,
+        "--upstream-broker-port-base",
+        str(base),
+    )
+    try:
+        up.wait_ready()
+        [kafka] = [line for line in up.lines if line.startswith("quotaplane up: Kafka frontend on 127.0.0.1:")]
+        bootstrap = kafka.split(" on ")[1].split(" ")[0]
+        brokers = f"upstream brokers {TANSU_NODE_ID} on 127.0.0.1:{base + TANSU_NODE_ID}"
+        proxy_line = f"quotaplane up: Kafka proxy in front of {tansu.bootstrap}: {brokers}"
+        assert proxy_line in up.lines
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic("through-up", 1, 1)]).values():
+            future.result(15)
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        for i in range(100):
+            producer.produce("through-up", value=str(i).encode())
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "up", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("through-up", 0, 0)])
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 100 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                got.append(int(message.value()))
+        consumer.close()
+        assert got == list(range(100))
+        assert up.terminate()[0] == 0
+    finally:
+        up.kill()
+        tansu.stop()

@@ -276,6 +276,10 @@ def run_up(args: argparse.Namespace) -> int:
             host, port = cluster.frontend.advertised
             listener = cluster.frontend.config.listener_name
             say(f"Kafka frontend on {cluster.frontend_address} ({listener}; advertised as {host}:{port})")
+            proxy = cluster.frontend.proxy
+            if proxy is not None:
+                ports = ", ".join(f"{n} on {host}:{proxy.brokers.proxy_port(n)}" for n in proxy.brokers.nodes)
+                say(f"Kafka proxy in front of {proxy.config.bootstrap}: upstream brokers {ports or 'none yet'}")
         if cluster.metrics_url is not None:
             say(f"metrics on {cluster.metrics_url}")
         say(f"Ray session in {cluster.ray_temp_dir}")
