@@ -36,7 +36,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .frames import response_body_offset, skip_tagged_fields
+from .frames import request_body_offset, response_body_offset
 from .types import ProtocolError
 
 __all__ = [
@@ -74,22 +74,9 @@ class FetchLimits:
         return self.session_id != 0 and self.session_epoch > 0
 
 
-def _request_body_offset(frame: bytes | bytearray | memoryview, version: int) -> int:
-    """After the request header: the 8 fixed bytes, the int16-length client id, and from v12 its tags."""
-    if len(frame) < 10:
-        raise ProtocolError("the Fetch request ends inside its header")
-    (size,) = _I16.unpack_from(frame, 8)
-    pos = 10 + max(size, 0)
-    if version >= FLEXIBLE_SINCE:
-        pos = skip_tagged_fields(frame, pos)
-    if pos > len(frame):
-        raise ProtocolError("the Fetch request header runs past the frame")
-    return pos
-
-
 def fetch_limits(frame: bytes | bytearray | memoryview, version: int) -> FetchLimits:
     """Read a Fetch request's replica id (v < 15), max wait, byte limits and session (v7+)."""
-    pos = _request_body_offset(frame, version)
+    pos = request_body_offset(frame, version >= FLEXIBLE_SINCE)
     replica_id = -1
     need = pos + (4 if version < 15 else 0) + 8 + (4 if version >= 3 else 0) + (1 if version >= 4 else 0)
     need += 8 if version >= 7 else 0

@@ -28,6 +28,8 @@ __all__ = [
     "THROTTLE_FIRST",
     "peek_client_id",
     "peek_request",
+    "produce_acks",
+    "request_body_offset",
     "response_body_offset",
     "set_throttle_time",
     "skip_tagged_fields",
@@ -115,6 +117,46 @@ def peek_client_id(frame: bytes | bytearray | memoryview) -> str | None:
     if 10 + size > len(frame):
         raise ProtocolError(f"the client id claims {size} bytes, past the end of the request")
     return bytes(frame[10 : 10 + size]).decode("utf-8", "replace")
+
+
+def request_body_offset(frame: bytes | bytearray | memoryview, flexible: bool) -> int:
+    """Where the body of a request frame (header v1 or v2) starts: after the 8 fixed bytes, the int16-length
+    client id, and, if ``flexible`` (header v2), the header's tagged fields."""
+    if len(frame) < 10:
+        raise ProtocolError("the request ends inside its header")
+    (size,) = _INT16.unpack_from(frame, 8)
+    pos = 10 + max(size, 0)
+    if flexible:
+        pos = skip_tagged_fields(frame, pos)
+    if pos > len(frame):
+        raise ProtocolError("the request header runs past the frame")
+    return pos
+
+
+#: Produce's first flexible version (request header v2, compact strings).
+PRODUCE_FLEXIBLE_SINCE = 9
+
+
+def produce_acks(frame: bytes | bytearray | memoryview, version: int) -> int:
+    """The ``acks`` of a Produce request (v3+), read past its header and transactional id without decoding
+    the record batches (a proxy must know whether an answer comes before it forwards).
+
+    >>> produce_acks(bytes.fromhex("00000007000000010000" "ffff" "0001" "00007530"), 7)  # no client id, txn null
+    1
+    """
+    flexible = version >= PRODUCE_FLEXIBLE_SINCE
+    pos = request_body_offset(frame, flexible)
+    if flexible:  # compact nullable string: unsigned varint length + 1 (0: null)
+        length, pos = decode_unsigned_varint(frame, pos)
+        pos += max(length - 1, 0)
+    else:
+        if pos + 2 > len(frame):
+            raise ProtocolError("the Produce request ends before its transactional id")
+        (length,) = _INT16.unpack_from(frame, pos)
+        pos += 2 + max(length, 0)
+    if pos + 2 > len(frame):
+        raise ProtocolError("the Produce request ends before its acks")
+    return _INT16.unpack_from(frame, pos)[0]
 
 
 def skip_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:

@@ -52,7 +52,7 @@ from quotaplane.protocol.frames import peek_request
 from quotaplane.v1 import connection_pb2 as conn_pb
 from quotaplane.v1 import telemetry_pb2 as tele_pb
 
-from ._forward import UpstreamError, answer_proxied, framed
+from ._forward import UpstreamError, answer_proxied, write_framed
 from ._handlers import ADMIN_APIS
 from ._no_upstream import NO_UPSTREAM, fetch_answer, produce_answer
 from ._quotas import request_throttle
@@ -247,7 +247,7 @@ async def _loop(
             answer = fetch_answer(api_version, correlation_id)
             if answer is None:
                 raise CloseConnection(f"Fetch v{api_version}: {NO_UPSTREAM}")
-            writer.write(framed(answer))
+            write_framed(writer, answer)
             await writer.drain()
             continue
         try:

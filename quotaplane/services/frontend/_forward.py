@@ -58,19 +58,27 @@ from quotaplane.protocol.fetch import (
     fetch_response_size,
     throttled_fetch_response,
 )
-from quotaplane.protocol.frames import peek_client_id, peek_request, set_throttle_time
+from quotaplane.protocol.frames import peek_client_id, peek_request, produce_acks, set_throttle_time
 from quotaplane.protocol.records import producer_ids
 from quotaplane.services.proxy import LOCAL_APIS, REWRITTEN_APIS, UpstreamClosedError, rewrite_response
 from quotaplane.v1 import quota_pb2 as quota_pb
 
 from ._mutations import MUTATION_APIS, forward_mutation
-from ._quotas import fetch_cap, record_producer_ids, record_usage, request_throttle, unrecord_usage
+from ._quotas import enabled, fetch_cap, record_producer_ids, record_usage, request_throttle, unrecord_usage
 
 if TYPE_CHECKING:
     from ._connection import ConnectionState
     from .server import FrontendServer
 
-__all__ = ["Forwarded", "UpstreamError", "answer_proxied", "apply_throttle", "forward_request", "framed", "is_local"]
+__all__ = [
+    "Forwarded",
+    "UpstreamError",
+    "answer_proxied",
+    "apply_throttle",
+    "forward_request",
+    "is_local",
+    "write_framed",
+]
 
 _SIZE = struct.Struct(">i")
 #: Kafka's ConfigResource.Type of client-metrics resources: answered by quotaplane (KIP-714 is served here).
@@ -104,7 +112,7 @@ class Forwarded:
     api_version: int
     correlation_id: int
     #: the upstream's answer, addresses rewritten, without its size prefix; None: none expected (acks=0)
-    response: bytearray | None
+    response: bytes | bytearray | None
     #: the largest throttle of the bandwidth (produce / fetch) and producer-id quotas
     throttle_ms: int = 0
     #: Fetch: the request's limits and the response bytes recorded on the fetch quota
@@ -113,15 +121,21 @@ class Forwarded:
 
 
 async def _produce_quotas(
-    server: FrontendServer, state: ConnectionState, frame: bytes, now_ms: int
+    server: FrontendServer, state: ConnectionState, frame: bytes, api_version: int, now_ms: int
 ) -> tuple[bool, Any]:
     """(whether a response is expected, the pending throttle): the request's bytes and producer ids go to the
-    gateway now, while the upstream works."""
-    try:
-        body = decode_request(frame).body
-        ids = [pid for topic in body.topic_data for part in topic.partition_data for pid in producer_ids(part.records)]
-    except ProtocolError as e:
-        raise ProtocolError(f"malformed Produce request: {e}") from None
+    gateway now, while the upstream works. Only ``acks`` is read from the frame; the record batches' headers are
+    read (nothing decompressed) only when some producer-id quota exists."""
+    acks = produce_acks(frame, api_version)
+    ids: list[int] = []
+    if enabled(server, "producer_ids"):
+        try:
+            body = decode_request(frame).body
+            ids = [
+                pid for topic in body.topic_data for part in topic.partition_data for pid in producer_ids(part.records)
+            ]
+        except ProtocolError as e:
+            raise ProtocolError(f"malformed Produce request: {e}") from None
 
     async def throttle() -> int:
         produce, pids = await asyncio.gather(
@@ -130,7 +144,7 @@ async def _produce_quotas(
         )
         return max(produce, pids)
 
-    return body.acks != 0, asyncio.ensure_future(throttle())
+    return acks != 0, asyncio.ensure_future(throttle())
 
 
 async def _exchange(
@@ -171,7 +185,7 @@ async def forward_request(server: FrontendServer, state: ConnectionState, frame:
             raise UpstreamError(str(e)) from None
         return Forwarded(api_key, api_version, correlation_id, mutated, throttle_ms=throttle_ms)
     if api_key == ApiKey.PRODUCE:
-        expects_response, pending = await _produce_quotas(server, state, frame, now_ms)
+        expects_response, pending = await _produce_quotas(server, state, frame, api_version, now_ms)
     elif api_key == ApiKey.FETCH:
         limits = fetch_limits(frame, api_version)
         cap = await state.wait(fetch_cap(server, state))
@@ -183,7 +197,7 @@ async def forward_request(server: FrontendServer, state: ConnectionState, frame:
         if pending is not None:
             pending.cancel()
         raise UpstreamError(str(e)) from None
-    response = bytearray(answer) if expects_response else None
+    response = answer if expects_response else None
     server.stats.forwarded_requests += 1
     forwarded = Forwarded(api_key, api_version, correlation_id, response, fetch=limits)
     if pending is not None:
@@ -242,7 +256,7 @@ async def answer_proxied(
             except ProtocolError as e:
                 raise UpstreamError(f"cannot set the throttle time of a {api_key} response: {e}") from None
     if response is not None:
-        writer.write(framed(response))
+        write_framed(writer, response)
         await writer.drain()
     if throttle_ms > 0:  # muted, with or without a response (Produce acks=0), as Kafka mutes the channel
         server.stats.throttled_responses += 1
@@ -250,17 +264,20 @@ async def answer_proxied(
     return True
 
 
-def apply_throttle(api_key: int, api_version: int, response: bytearray, throttle_ms: int) -> bytearray:
-    """The response with ``throttle_time_ms`` set: in place where it is the body's first field, through the
-    schema for Produce (where it is last); responses without one are returned as they are."""
+def apply_throttle(api_key: int, api_version: int, response: bytes | bytearray, throttle_ms: int) -> bytearray:
+    """The response with ``throttle_time_ms`` set: patched where it is the body's first field (the only copy of
+    a forwarded response the proxy makes, and only when it throttles), through the schema for Produce (where it
+    is last); responses without one are returned unchanged."""
     if api_key == ApiKey.PRODUCE:
         decoded = decode_response(api_key, api_version, response)
         body: Any = decoded.body
         body.throttle_time_ms = min(throttle_ms, 2**31 - 1)
         return bytearray(memoryview(encode_response(api_key, api_version, decoded.correlation_id, body))[4:])
-    set_throttle_time(api_key, api_version, response, throttle_ms)
-    return response
+    patched = bytearray(response)
+    set_throttle_time(api_key, api_version, patched, throttle_ms)
+    return patched
 
 
-def framed(response: bytearray) -> bytes:
-    return _SIZE.pack(len(response)) + response
+def write_framed(writer: asyncio.StreamWriter, response: bytes | bytearray) -> None:
+    """The size prefix, then the response as it is (no concatenated copy of a megabyte Fetch answer)."""
+    writer.writelines((_SIZE.pack(len(response)), response))

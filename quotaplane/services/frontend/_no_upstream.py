@@ -6,7 +6,7 @@ non-retriable error, so the client fails the records at once) with a message say
 with a top-level INVALID_REQUEST. Fetch v0-v6 has no error field outside its partitions, so that connection
 is closed, as a broker closes on a request it cannot answer; ``acks=0`` Produce likewise (Kafka closes the
 connection when an acks=0 produce fails, the client's only way to learn of it). Each case is logged once per
-frontend, naming the fix.
+process (a frontend process runs one frontend), naming the fix.
 """
 
 from __future__ import annotations
