@@ -1,9 +1,10 @@
-"""What POSIX durability needs beyond fsyncing a file: fsyncing the directory that names it.
+"""What POSIX durability needs beyond ``os.fsync``: every byte written, and the directory's entry fsynced.
 
 A new file, a rename or a deletion is an entry of its directory; fsyncing the file persists its data,
 not that entry, so after a power loss the file could be missing (or back). The archive writer, the
 config event log, its snapshot files and the Spark compaction job all create or rename files they
-acknowledge as durable, so they share this one definition.
+acknowledge as durable, so they share this one definition. ``os.write`` may also write fewer bytes
+than it was given; :func:`write_all` loops until all of them are written.
 
 >>> import tempfile
 >>> with tempfile.TemporaryDirectory() as d:
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["fsync_directory"]
+__all__ = ["fsync_directory", "write_all"]
 
 
 def fsync_directory(path: str | os.PathLike[str]) -> None:
@@ -24,3 +25,10 @@ def fsync_directory(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may be short)."""
+    with memoryview(data) as view:
+        while view:
+            view = view[os.write(fd, view) :]

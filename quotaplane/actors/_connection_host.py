@@ -79,6 +79,8 @@ from quotaplane.config import (
 )
 from quotaplane.metrics import Metrics
 from quotaplane.quota import (
+    LISTENER_CONFIG_PREFIX,
+    LISTENER_CONFIGS,
     Address,
     ConnectionAttempt,
     ConnectionDecision,
@@ -109,8 +111,6 @@ _MAX_INT32 = 2**31 - 1
 _MAX_ATTEMPT_ID = 2**63 - 1
 #: Fields of an item, by its op.
 _ITEM_FIELDS = {"admit": 6, "release": 5, "abandon": 4}
-_LISTENER_PREFIX = "listener.name."
-_LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
 _CONNECTION_KEYS = ("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides")
 _RATE_KEYS = ("max.connection.creation.rate",)
 #: Read only when a node's state is built (Kafka reads them at start-up).
@@ -210,8 +210,8 @@ class ConnectionHost:
         """Kafka's ``addListener`` with the limits the image holds for it (None: no limit)."""
         image = self._image_of()
         limits: dict[str, int | None] = {}
-        for key in _LISTENER_KEYS:
-            value = effective_broker_config(image, f"{_LISTENER_PREFIX}{listener.lower()}.{key}", node_id)
+        for key in LISTENER_CONFIGS:
+            value = effective_broker_config(image, f"{LISTENER_CONFIG_PREFIX}{listener.lower()}.{key}", node_id)
             limits[key] = None if value is None else int(value.strip())
         node.quotas.add_listener(
             listener,
@@ -251,7 +251,7 @@ class ConnectionHost:
         for change in changes:
             if (
                 isinstance(change, ConfigChange)
-                and change.name.startswith(_LISTENER_PREFIX)
+                and change.name.startswith(LISTENER_CONFIG_PREFIX)
                 and _listener_of(change.name) not in listeners
             ):
                 continue  # read from the image when the listener is added
@@ -411,8 +411,8 @@ class ConnectionHost:
 
 
 def _listener_of(config_name: str) -> str:
-    rest = config_name[len(_LISTENER_PREFIX) :]
-    for suffix in _LISTENER_KEYS:
+    rest = config_name[len(LISTENER_CONFIG_PREFIX) :]
+    for suffix in LISTENER_CONFIGS:
         if rest.endswith("." + suffix):
             return rest[: -len(suffix) - 1].lower()
     return ""
@@ -423,5 +423,5 @@ def _is_connection_change(change: object) -> bool:
         return change.key == _CONNECTION_CREATION_RATE and any(kind == IP for kind, _ in change.entity)
     if isinstance(change, ConfigChange) and change.resource_type is ConfigResourceType.BROKER:
         name = change.name
-        return name in _CONNECTION_KEYS or name in _RATE_KEYS or name.startswith(_LISTENER_PREFIX)
+        return name in _CONNECTION_KEYS or name in _RATE_KEYS or name.startswith(LISTENER_CONFIG_PREFIX)
     return False

@@ -30,7 +30,7 @@ from types import TracebackType
 
 import zstandard
 
-from ..durable import fsync_directory
+from ..durable import fsync_directory, write_all
 from ._format import (
     FILE_HEADER,
     HOUR_MS,
@@ -61,14 +61,6 @@ _NAME_ATTEMPTS = 1000
 _sync_data = getattr(os, "fdatasync", os.fsync)  # fdatasync also persists the size an append changed
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    with view:
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-
-
 class SegmentWriter:
     """One segment file: created atomically with its first batch, then append-only.
 
@@ -95,7 +87,7 @@ class SegmentWriter:
             return self._create(FILE_HEADER + batch, fsync=fsync)
         start = self.size
         try:
-            _write_all(self._fd, batch)
+            write_all(self._fd, batch)
             if fsync:
                 _sync_data(self._fd)
         except OSError:
@@ -113,7 +105,7 @@ class SegmentWriter:
             raise FileExistsError(self.path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             if fsync:
                 os.fsync(fd)
             os.rename(tmp, self.path)

@@ -16,16 +16,14 @@ entities only (a user or the default user), as the KIP specifies, typed DOUBLE.
 
 from __future__ import annotations
 
-import ipaddress
 import math
-import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
 from ..errors import InvalidRequestError
-from ..quota import DEFAULT, ClientQuotaEntity
+from ..quota import DEFAULT, ClientQuotaEntity, default_resolver, ip_literal
 
 __all__ = [
     "CLIENT_ID",
@@ -129,22 +127,13 @@ def format_entity(key: EntityKey | Mapping[str, str | None]) -> str:
 
 def is_valid_ip_entity(ip: str | None, resolver: Resolver | None = None) -> bool:
     """Kafka's ``isValidIpEntity``: the default IP entity, an IP literal, or a host name that resolves."""
-    if ip is None:
+    if ip is None or ip_literal(ip) is not None:
         return True
     try:
-        ipaddress.ip_address(ip)
-        return True
-    except ValueError:
-        pass
-    try:
-        (resolver or _resolve)(ip)
+        (resolver or default_resolver)(ip)
     except (OSError, UnicodeError, ValueError):
         return False
     return True
-
-
-def _resolve(host: str) -> object:
-    return socket.getaddrinfo(host, None)
 
 
 def validate_entity(

@@ -26,7 +26,12 @@ from enum import IntEnum
 from typing import Final
 
 from ..errors import InvalidConfigurationError, InvalidRequestError, InvalidTopicError
-from ..quota import parse_max_connections_per_ip_overrides, parse_throttled_replicas
+from ..quota import (
+    LISTENER_CONFIG_PREFIX,
+    LISTENER_CONFIGS,
+    parse_max_connections_per_ip_overrides,
+    parse_throttled_replicas,
+)
 
 __all__ = [
     "BROKER_CONFIGS",
@@ -84,8 +89,9 @@ _JAVA_DOUBLE = re.compile(
     r"[+-]?(?:NaN|Infinity|(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[fFdD]?"
     r"|(?P<hex>0[xX](?:[0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)[fFdD]?)"
 )
-LISTENER_CONFIG_PREFIX: Final = "listener.name."
-_LISTENER_KEYS: Final = ("max.connections", "max.connection.creation.rate")
+#: A listener in a config key, lower case (Kafka's ``ListenerName.configPrefix``). Deliberately not
+#: ``quota.check_listener_name``: its 64-character cap bounds the connection path's per-node memory,
+#: and the config validation the tests pin has no length limit.
 _LISTENER_NAME = re.compile(r"[a-z0-9_\-]+")
 
 
@@ -190,7 +196,7 @@ def broker_config_spec(name: str) -> ConfigKeySpec | None:
     if spec is not None or not name.startswith(LISTENER_CONFIG_PREFIX):
         return spec
     rest = name[len(LISTENER_CONFIG_PREFIX) :]
-    for suffix in _LISTENER_KEYS:
+    for suffix in LISTENER_CONFIGS:
         listener = rest[: -len(suffix) - 1] if rest.endswith("." + suffix) else ""
         if listener and _LISTENER_NAME.fullmatch(listener):
             return _int(name, _INT_MAX, 1)  # Kafka: a listener limit must be > 0
@@ -255,7 +261,7 @@ def validate_config_value(resource_type: ConfigResourceType, name: str, value: s
 def _known(resource_type: ConfigResourceType) -> str:
     if resource_type is ConfigResourceType.TOPIC:
         return ", ".join(TOPIC_CONFIGS)
-    return ", ".join([*BROKER_CONFIGS, f"{LISTENER_CONFIG_PREFIX}<listener>.{{{','.join(_LISTENER_KEYS)}}}"])
+    return ", ".join([*BROKER_CONFIGS, f"{LISTENER_CONFIG_PREFIX}<listener>.{{{','.join(LISTENER_CONFIGS)}}}"])
 
 
 def validate_broker_name(name: str) -> str:

@@ -43,7 +43,7 @@ from types import TracebackType
 
 import zstandard
 
-from quotaplane.durable import fsync_directory
+from quotaplane.durable import fsync_directory, write_all
 from quotaplane.v1 import config_events_pb2 as pb
 
 from ._columns import encode_events, events_of, slice_columns
@@ -56,7 +56,7 @@ from ._log_errors import (
     EventLogLockedError,
     OffsetOutOfRangeError,
 )
-from ._segments import Segment, SegmentView, recover, segment_name, write_all
+from ._segments import Segment, SegmentView, recover, segment_name
 
 __all__ = ["DEFAULT_SEGMENT_BYTES", "LOCK_FILE", "MAX_FRAME_BYTES", "EventLog"]
 

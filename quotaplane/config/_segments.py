@@ -19,7 +19,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quotaplane.durable import fsync_directory
+from quotaplane.durable import fsync_directory, write_all
 
 from ._framing import (
     FRAME_HEADER_SIZE,
@@ -43,7 +43,6 @@ __all__ = [
     "parse_segment_name",
     "recover",
     "segment_name",
-    "write_all",
 ]
 
 _log = logging.getLogger("quotaplane.config")
@@ -74,13 +73,6 @@ def list_segments(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
                 found.append((base, Path(entry.path)))
     found.sort()
     return found
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until every byte is written (a write may be short)."""
-    with memoryview(data) as view:
-        while view:
-            view = view[os.write(fd, view) :]
 
 
 # --- the in-memory index -------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ from ._client import (
 from ._connection import ConnectionQuotas
 from ._connection_config import (
     IP_CONNECTION_RATE_DEFAULT,
+    LISTENER_CONFIG_PREFIX,
+    LISTENER_CONFIGS,
     ConnectionQuotasConfig,
     parse_max_connections_per_ip_overrides,
 )
@@ -49,6 +51,7 @@ from ._normalise import (
     Address,
     Resolver,
     check_listener_name,
+    default_resolver,
     host_address,
     ip_literal,
     normalise_listener,
@@ -79,6 +82,8 @@ __all__ = [
     "DEFAULT",
     "INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS",
     "IP_CONNECTION_RATE_DEFAULT",
+    "LISTENER_CONFIGS",
+    "LISTENER_CONFIG_PREFIX",
     "NANOS_TO_PERCENTAGE_PER_SECOND",
     "NO_QUOTAS",
     "PRODUCER_IDS_RATE",
@@ -123,6 +128,7 @@ __all__ = [
     "bounded_throttle_time",
     "build_quota_managers",
     "check_listener_name",
+    "default_resolver",
     "desanitize",
     "host_address",
     "ip_literal",
