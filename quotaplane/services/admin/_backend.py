@@ -7,7 +7,6 @@ actor through this backend. Each call is a ``ray.get`` on the actor, forwarded b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from quotaplane.config import ConfigAdmin, ConfigImage, forward_config_admin
@@ -20,21 +19,7 @@ class BackendUnavailableError(Exception):
     a client retries instead of reading it as a bug of the server."""
 
 
-def _picklable(value: Any) -> Any:
-    """``value`` with every one-shot or view iterable (a generator, ``dict.keys()``, a set) made a list and
-    every mapping a dict, inside lists and plain tuples too, so Ray can ship it; anything else as it is."""
-    if isinstance(value, str | bytes):
-        return value
-    if type(value) in (list, tuple):
-        return type(value)(_picklable(v) for v in value)
-    if isinstance(value, Mapping):
-        return {k: _picklable(v) for k, v in value.items()}
-    if isinstance(value, Iterable) and not isinstance(value, tuple):
-        return [_picklable(v) for v in value]
-    return value
-
-
-@forward_config_admin("_forward")
+@forward_config_admin("call")
 class ControllerBackend(ConfigAdmin):
     """A ConfigAdmin over a ConfigController actor handle: each call is a ``ray.get`` on it.
 
@@ -42,6 +27,7 @@ class ControllerBackend(ConfigAdmin):
     in ``RayTaskError``, so they are unwrapped here and the servicer maps them exactly as it maps a local
     store's. A dead or unresponsive controller becomes :class:`BackendUnavailableError` (UNAVAILABLE).
     ``now_ms`` is passed through from the servicer, i.e. the gRPC server's clock stamps the change.
+    Arguments go to Ray as they are: the servicer builds them as lists, dicts and tuples (no generators).
     Ray is imported lazily so that importing this module (the CLI does) stays cheap.
     """
 
@@ -63,10 +49,6 @@ class ControllerBackend(ConfigAdmin):
             raise BackendUnavailableError(
                 f"the config controller did not answer {method} within {self._timeout_s:g} s"
             ) from None
-
-    def _forward(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """A ConfigAdmin call, its arguments made picklable (``_picklable``), on the controller."""
-        return self.call(name, *_picklable(args), **_picklable(kwargs))
 
     @property
     def start_offset(self) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from quotaplane.actors import ConfigFollower, ray_get
 from quotaplane.config import ConfigImage, ManagerBinding, startup_configs
-from quotaplane.quota import CLIENT_ID_TAG, PRODUCER_IDS_RATE, USER_TAG, build_quota_managers, sanitize
+from quotaplane.quota import CLIENT_ID_TAG, USER_TAG, ProducerIdQuotaManager, build_quota_managers, sanitize
 
 from ._checks import Unavailable, wall_clock_ms
 
@@ -33,7 +33,8 @@ class ConfigReplica:
 
     Quota managers are built from the image as a shard builds them and kept in step by a
     ``ManagerBinding``, so their ``DefaultQuotaCallback`` holds exactly the quotas the shards hold; only the
-    callbacks' ``metric_tags`` and ``quota_limit`` are used (no sensor is ever created here). Thread-safe:
+    callbacks' ``metric_tags`` and ``quota_limit`` are used (no sensor is ever created here), and of a
+    ``ProducerIdQuotaManager`` bound the same way only its configured ``quotas()``. Thread-safe:
     ``lock`` guards the image and callbacks; :meth:`resolve` and :meth:`max_values_in_quota_window` read the
     offset and all answers of a batch under it.
     """
@@ -56,7 +57,9 @@ class ConfigReplica:
             "REQUEST": self.quotas.request.quota_callback,
             "CONTROLLER_MUTATION": self.quotas.controller_mutation.quota_callback,
         }
-        self.binding = ManagerBinding(quotas=self.quotas)
+        #: only its bounds are used (``producer_ids_rate`` configured at all); it never records
+        self.producer_ids = ProducerIdQuotaManager(startup.producer_ids)
+        self.binding = ManagerBinding(quotas=self.quotas, producer_ids=self.producer_ids)
         self.binding.load(self.image)
         self.follower.binding = self.binding
 
@@ -129,9 +132,7 @@ class ConfigReplica:
                         "fetch": quotas.fetch.quotas_enabled(),
                         "request": quotas.request.quotas_enabled(),
                         "controller_mutation": quotas.controller_mutation.quotas_enabled(),
-                        "producer_ids": any(
-                            PRODUCER_IDS_RATE in values for values in self.image.client_quotas().values()
-                        ),
+                        "producer_ids": bool(self.producer_ids.quotas()),
                     },
                 )
             return cached
