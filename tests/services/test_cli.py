@@ -1,10 +1,13 @@
 """The ``quotaplane`` command line: the demo's numbers come from the real engine, bad input exits non-zero."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from quotaplane.services.cli import main
+from quotaplane.services.cli import build_parser, main
+from quotaplane.services.proxy import ProxyConfig
 
 
 def run_demo(capsys, seconds: int) -> dict:
@@ -46,3 +49,26 @@ def test_bad_arguments_exit_non_zero_with_one_line_error(capsys, argv):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("quotaplane")
     assert "error:" in err[-1]
+
+
+def test_the_command_line_starts_without_ray_grpc_spark_or_the_kafka_protocol():
+    """Every command (``--help``, the admin commands) pays for what ``import quotaplane.services.cli`` and
+    building its parser import: none of the heavy packages, which ``up`` and the Spark jobs import when run."""
+    heavy = ("ray", "grpc", "pyspark", "quotaplane.protocol", "quotaplane.services.proxy")
+    code = (
+        "import sys\n"
+        "from quotaplane.services.cli import build_parser\n"
+        "build_parser()\n"
+        f"print(sorted(m for m in sys.modules for h in {heavy!r} if m == h or m.startswith(h + '.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_up_help_names_the_proxy_defaults_it_leaves_to_proxy_config(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["up", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    defaults = ProxyConfig(bootstrap="kafka:9092")
+    assert f"this port + N (default {defaults.broker_port_base})" in help_text
+    assert f"proxy port (default {defaults.max_brokers})" in help_text

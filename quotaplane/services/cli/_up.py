@@ -23,7 +23,6 @@ from quotaplane.services.launcher import (
     launch,
     parse_resource_flags,
 )
-from quotaplane.services.proxy import DEFAULT_BROKER_PORT_BASE
 
 if TYPE_CHECKING:
     from quotaplane.services._security import ServerSecurity
@@ -135,12 +134,12 @@ def _add_frontend_options(up: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT[,...]",
         help="proxy mode: forward Kafka clients to this cluster, enforcing quotaplane's quotas on the way",
     )
+    # no default here: ProxyConfig's apply, and the proxy package (the Kafka protocol's tables) is imported only
+    # when up runs in proxy mode, so every other command starts without it
     proxy.add_argument(
-        "--upstream-broker-port-base",
-        default=str(DEFAULT_BROKER_PORT_BASE),
-        help=f"upstream broker N is served on this port + N (default {DEFAULT_BROKER_PORT_BASE})",
+        "--upstream-broker-port-base", help="upstream broker N is served on this port + N (default 19092)"
     )
-    proxy.add_argument("--upstream-max-brokers", default="1000", help="node ids 0..N-1 get a proxy port (default 1000)")
+    proxy.add_argument("--upstream-max-brokers", help="node ids 0..N-1 get a proxy port (default 1000)")
     proxy.add_argument(
         "--upstream-sasl-username", metavar="USER", help="SASL/PLAIN user the proxy authenticates to the upstream as"
     )
@@ -177,10 +176,17 @@ def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, KafkaListener
     if (args.upstream_sasl_username is None) != (args.upstream_sasl_password_file is None):
         raise ValueError("--upstream-sasl-username needs --upstream-sasl-password-file, and a password file a user")
     if args.upstream_bootstrap is not None:
+        given = {
+            field: _int_option(flag, text)
+            for field, flag, text in (
+                ("broker_port_base", "--upstream-broker-port-base", args.upstream_broker_port_base),
+                ("max_brokers", "--upstream-max-brokers", args.upstream_max_brokers),
+            )
+            if text is not None
+        }
         upstream = ProxyConfig(
             bootstrap=args.upstream_bootstrap,
-            broker_port_base=_int_option("--upstream-broker-port-base", args.upstream_broker_port_base),
-            max_brokers=_int_option("--upstream-max-brokers", args.upstream_max_brokers),
+            **given,
             fail_closed=args.upstream_fail_closed,
             sasl=None
             if args.upstream_sasl_username is None

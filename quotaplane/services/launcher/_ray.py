@@ -18,8 +18,10 @@ import logging
 import math
 import os
 import secrets
+import signal
 import socket
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._common import NAMESPACE, LaunchError, first_line
@@ -114,12 +116,32 @@ def _use_ray_token_auth() -> None:
 _NODE_START_TIMEOUT = "timed out during startup"
 
 
-def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[str, float]) -> None:
+def _kill_session_processes(temp_dir: Path) -> list[int]:
+    """SIGKILL every process of this machine whose command line names ``temp_dir`` (the GCS, raylet and
+    helpers of a private Ray started there), this process aside; their pids. Linux's /proc: elsewhere none."""
+    killed = []
+    marker = str(temp_dir).encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        pid = int(entry.name)
+        if pid == os.getpid():
+            continue
+        try:
+            if marker in (entry / "cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return killed
+
+
+def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[str, float] | None) -> None:
     """``ray.init`` of a private local Ray, started a second time if the first node timed out during start-up.
 
     A node whose raylet misses Ray's 30 s registration window is gone for good (Ray does not retry), though a
     second start usually succeeds at once: seen once in a full test run on 2 cores, right after another
-    private Ray of the same process had stopped. One retry, logged, keeps ``up`` from failing on it."""
+    private Ray of the same process had stopped. One retry, logged, keeps ``up`` from failing on it. Ray raises
+    before it records the failed node, so ``ray.shutdown`` cannot stop that node's GCS and raylet: they are
+    killed by the session directory their command lines name, which is this cluster's own."""
     import ray
 
     def start() -> None:
@@ -141,6 +163,7 @@ def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[s
             raise
         log.warning("Ray's node did not start in time (%s); starting it once more", first_line(e))
         ray.shutdown()
+        _kill_session_processes(cluster.ray_temp_dir)
         start()
 
 
