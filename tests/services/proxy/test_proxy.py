@@ -183,14 +183,24 @@ def test_a_throttled_producer_obeys_and_loses_nothing(proxied: Proxied) -> None:
 
 
 # --- exact throttles, acks=0, bad input ------------------------------------------------------------------------
-def core_first_throttle(client_id: str, quota: float, size: int) -> int:
+def core_throttle(
+    client_id: str,
+    quota: float,
+    size: int,
+    quota_type: QuotaType = QuotaType.PRODUCE,
+    *,
+    second_after_ms: int | None = None,
+) -> int:
     """What Kafka's ClientQuotaManager answers for a first record of ``size`` bytes: the rate's window is
-    then (samples - 1) whole windows whatever the clock, so the answer does not depend on the time."""
-    manager = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+    then (samples - 1) whole windows whatever the clock, so the answer does not depend on the time. With
+    ``second_after_ms``, its answer for a second record of ``size`` bytes that long after the first."""
+    manager = ClientQuotaManager(ClientQuotaManagerConfig(), quota_type)
     manager.update_quota(ClientQuotaEntity(user="ANONYMOUS", client_id=client_id), quota)
-    return manager.record_and_get_throttle_time_ms(
-        user="ANONYMOUS", client_id=client_id, value=float(size), now_ms=1_700_000_000_000
-    )
+    t0 = 1_700_000_000_000
+    throttle = manager.record_and_get_throttle_time_ms("ANONYMOUS", client_id, float(size), t0)
+    if second_after_ms is not None:
+        throttle = manager.record_and_get_throttle_time_ms("ANONYMOUS", client_id, float(size), t0 + second_after_ms)
+    return throttle
 
 
 @pytest.mark.parametrize("version", [3, 7, 8, 9])
@@ -208,7 +218,7 @@ def test_produce_throttle_time_equals_the_cores(proxied: Proxied, version: int) 
     [topic] = answer.responses
     [partition] = topic.partition_responses
     assert (topic.name, partition.error_code) == (f"exact-{version}", 0)
-    expected = core_first_throttle(client_id, 5000.0, size)  # ~60 kB / 10 s windows: ~2 s
+    expected = core_throttle(client_id, 5000.0, size)  # ~60 kB / 10 s windows: ~2 s
     assert expected > 0 and answer.throttle_time_ms == expected
 
 

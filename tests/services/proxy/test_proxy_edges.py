@@ -16,12 +16,12 @@ from confluent_kafka import KafkaException, Producer
 
 from quotaplane.errors import Errors
 from quotaplane.protocol import ApiKey, MetadataRequest, encode_request
-from quotaplane.services.frontend import PROXY_MAX_REQUEST_BYTES, PlainCredentials, serve_frontend
-from quotaplane.services.proxy import ProxyConfig, UpstreamSasl
+from quotaplane.services.frontend import PROXY_MAX_REQUEST_BYTES, PlainCredentials
+from quotaplane.services.proxy import UpstreamSasl
 from tests.services.frontend.conftest import WireClient
 from tests.support import free_port
 
-from .conftest import TANSU_NODE_ID, Proxied, broker_port_base
+from .conftest import TANSU_NODE_ID, Proxied, upstream_config
 from .test_proxy import create_topic, produce_request, record_batch
 
 
@@ -85,16 +85,10 @@ def stalling_upstream() -> Iterator[int]:
 def test_a_stalling_upstream_times_out_and_closes_only_its_clients(proxied: Proxied, stalling_upstream: int) -> None:
     # the first bootstrap broker accepts and never answers: discovery gives up on it after connect_timeout_s and
     # asks the next (Tansu); a client on the bootstrap port is forwarded to the first that accepts, the stalling one
-    server = serve_frontend(
-        proxied.cluster.gateway_address,
-        proxied.cluster.admin_address,
-        port=0,
-        upstream=ProxyConfig(
-            bootstrap=f"127.0.0.1:{stalling_upstream},{proxied.tansu.bootstrap}",
-            broker_port_base=broker_port_base(),
-            connect_timeout_s=1.0,
-            request_timeout_s=1.0,
-        ),
+    server = proxied.serve(
+        upstream=upstream_config(
+            f"127.0.0.1:{stalling_upstream},{proxied.tansu.bootstrap}", connect_timeout_s=1.0, request_timeout_s=1.0
+        )
     )
     try:
         client = WireClient(server.port, client_id="stalled")
@@ -117,7 +111,7 @@ def test_a_stalling_upstream_times_out_and_closes_only_its_clients(proxied: Prox
 @pytest.fixture
 def standalone(proxied: Proxied) -> Iterator[int]:
     """A frontend of the same cluster without an upstream: it serves only quotaplane's own APIs."""
-    server = serve_frontend(proxied.cluster.gateway_address, proxied.cluster.admin_address, port=0)
+    server = proxied.serve()
     try:
         yield server.port
     finally:
@@ -177,12 +171,7 @@ def sasl_upstream(proxied: Proxied, tmp_path) -> Iterator[int]:
     """A Kafka server that requires SASL/PLAIN: a quotaplane frontend with a credentials file (user proxy)."""
     credentials = tmp_path / "users"
     credentials.write_text("proxy:s3cret\n")
-    server = serve_frontend(
-        proxied.cluster.gateway_address,
-        proxied.cluster.admin_address,
-        port=0,
-        sasl_credentials=PlainCredentials.load(credentials),
-    )
+    server = proxied.serve(sasl_credentials=PlainCredentials.load(credentials))
     try:
         yield server.port
     finally:
@@ -194,15 +183,8 @@ def test_the_proxy_authenticates_upstream_with_its_own_credentials(
 ) -> None:
     password = tmp_path / "password"
     password.write_text("s3cret\n")
-    server = serve_frontend(
-        proxied.cluster.gateway_address,
-        proxied.cluster.admin_address,
-        port=0,
-        upstream=ProxyConfig(
-            bootstrap=f"127.0.0.1:{sasl_upstream}",
-            broker_port_base=broker_port_base(),
-            sasl=UpstreamSasl.from_file("proxy", str(password)),
-        ),
+    server = proxied.serve(
+        upstream=upstream_config(f"127.0.0.1:{sasl_upstream}", sasl=UpstreamSasl.from_file("proxy", str(password)))
     )
     try:
         client = WireClient(server.port, client_id="plain-client")  # the client itself sends no SASL
@@ -214,34 +196,17 @@ def test_the_proxy_authenticates_upstream_with_its_own_credentials(
     finally:
         server.close()
     with pytest.raises(OSError, match="refused the proxy's credentials"):
-        serve_frontend(
-            proxied.cluster.gateway_address,
-            proxied.cluster.admin_address,
-            port=0,
-            upstream=ProxyConfig(
-                bootstrap=f"127.0.0.1:{sasl_upstream}",
-                broker_port_base=broker_port_base(),
-                sasl=UpstreamSasl("proxy", "wrong"),
-            ),
-        )
+        proxied.serve(upstream=upstream_config(f"127.0.0.1:{sasl_upstream}", sasl=UpstreamSasl("proxy", "wrong")))
 
 
 def test_a_broker_that_leaves_the_upstreams_metadata_is_refused(proxied: Proxied) -> None:
     """Two single-broker Kafka servers (quotaplane frontends presenting node ids 3 and 5) as the upstream's
     bootstrap list: the proxy learns node 3 from the first; when it goes away, the proxy asks again, the
     second answers with node 5 only, and a client on node 3's proxy port is refused, logged, not forwarded."""
-    gateway, admin = proxied.cluster.gateway_address, proxied.cluster.admin_address
-    first = serve_frontend(gateway, admin, port=0, node_id=3)
-    second = serve_frontend(gateway, admin, port=0, node_id=5)
-    server = serve_frontend(
-        gateway,
-        admin,
-        port=0,
-        upstream=ProxyConfig(
-            bootstrap=f"127.0.0.1:{first.port},127.0.0.1:{second.port}",
-            broker_port_base=broker_port_base(),
-            connect_timeout_s=2.0,
-        ),
+    first = proxied.serve(node_id=3)
+    second = proxied.serve(node_id=5)
+    server = proxied.serve(
+        upstream=upstream_config(f"127.0.0.1:{first.port},127.0.0.1:{second.port}", connect_timeout_s=2.0)
     )
     try:
         assert server.proxy.brokers.nodes == [3]
@@ -279,13 +244,8 @@ def test_without_a_gateway_the_proxy_fails_open_or_closed(proxied: Proxied, fail
     unmetered and counted; with fail_closed it refuses the clients instead."""
     create_topic(proxied, f"no-gateway-{fail_closed}", 1)
     dead_gateway = f"127.0.0.1:{free_port()}"
-    server = serve_frontend(
-        dead_gateway,
-        proxied.cluster.admin_address,
-        port=0,
-        upstream=ProxyConfig(
-            bootstrap=proxied.tansu.bootstrap, broker_port_base=broker_port_base(), fail_closed=fail_closed
-        ),
+    server = proxied.serve(
+        gateway=dead_gateway, upstream=upstream_config(proxied.tansu.bootstrap, fail_closed=fail_closed)
     )
     try:
         client = WireClient(server.proxy.brokers.proxy_port(TANSU_NODE_ID), client_id="no-gateway")

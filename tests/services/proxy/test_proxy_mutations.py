@@ -38,10 +38,6 @@ Topic = CreateTopicsRequest.CreatableTopic
 T0 = 1_700_000_000_000
 
 
-def set_mutation_rate(proxied: Proxied, client_id: str, rate: float) -> None:
-    proxied.set_quota("controller_mutation_rate", rate, client_id)
-
-
 def core_decision(client_id: str, rate: float, permits: list[int], *, strict: bool) -> tuple[list[bool], int]:
     """What Kafka's ControllerMutationQuotaManager answers one request of ``permits`` (a first use: the bucket
     starts full at any realistic time, so the answer does not depend on the clock)."""
@@ -74,7 +70,7 @@ def existing(proxied: Proxied, names: list[str]) -> dict[str, int]:
 @pytest.mark.parametrize("version", [6, 7])
 def test_strict_creates_beyond_the_rate_are_refused_and_never_created(proxied: Proxied, version: int) -> None:
     client_id = f"strict-creator-{version}"
-    set_mutation_rate(proxied, client_id, 2)  # a bucket of 22 partitions (11 one-second samples)
+    proxied.set_quota("controller_mutation_rate", 2, client_id)  # a bucket of 22 partitions (11 one-second samples)
     create_topic(proxied, f"already-{version}", 1)
     names = [f"s{version}-big", f"s{version}-mid", f"s{version}-small", f"already-{version}", f"s{version}-last"]
     sizes = [20, 4, 2, 1, 1]
@@ -98,7 +94,7 @@ def test_strict_creates_beyond_the_rate_are_refused_and_never_created(proxied: P
 
 def test_a_strict_request_refused_whole_is_answered_without_the_upstream(proxied: Proxied) -> None:
     client_id = "strict-twice"
-    set_mutation_rate(proxied, client_id, 1)  # a bucket of 11 partitions
+    proxied.set_quota("controller_mutation_rate", 1, client_id)  # a bucket of 11 partitions
     client = broker_client(proxied, client_id)
     try:
         first = client.call(ApiKey.CREATE_TOPICS, 7, CreateTopicsRequest([Topic("tw-a", 20, 1)], 10_000))
@@ -115,7 +111,7 @@ def test_a_strict_request_refused_whole_is_answered_without_the_upstream(proxied
 @pytest.mark.parametrize("version", [2, 5])
 def test_permissive_creates_everything_and_carries_the_cores_throttle(proxied: Proxied, version: int) -> None:
     client_id = f"permissive-creator-{version}"
-    set_mutation_rate(proxied, client_id, 2)
+    proxied.set_quota("controller_mutation_rate", 2, client_id)
     names = [f"p{version}-a", f"p{version}-b", f"p{version}-c"]
     request = CreateTopicsRequest([Topic(names[0], 20, 1), Topic(names[1], 4, 1), Topic(names[2], 2, 1)], 10_000)
     client = broker_client(proxied, client_id)
@@ -136,7 +132,7 @@ def test_strict_deletes_are_charged_the_topics_partitions(proxied: Proxied, vers
     names = [f"d{version}-a", f"d{version}-b", f"d{version}-c"]
     for name, partitions in zip(names, (16, 8, 1), strict=True):
         create_topic(proxied, name, partitions)
-    set_mutation_rate(proxied, client_id, 2)
+    proxied.set_quota("controller_mutation_rate", 2, client_id)
     if version >= 6:
         State = DeleteTopicsRequest.DeleteTopicState
         request = DeleteTopicsRequest(topics=[State(n) for n in [*names, "d-missing"]], timeout_ms=10_000)
@@ -180,7 +176,7 @@ def test_librdkafka_admin_client_is_permissive_and_throttled(proxied: Proxied) -
     Kafka it never sees THROTTLING_QUOTA_EXCEEDED, only a throttle time, and so through the proxy: every topic
     is created and the client is told the core's throttle (its ``throttle_cb``)."""
     client_id = "rdkafka-admin"
-    set_mutation_rate(proxied, client_id, 1)  # a bucket of 11 partitions
+    proxied.set_quota("controller_mutation_rate", 1, client_id)  # a bucket of 11 partitions
     throttles: list[float] = []
     admin = AdminClient(
         {

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from quotaplane.protocol import ApiKey, MetadataRequest, ProduceRequest, decode_response, encode_request
+from quotaplane.protocol import ApiKey, MetadataRequest, encode_request
 from quotaplane.quota import (
     ClientQuotaEntity,
     ClientQuotaManager,
@@ -22,12 +22,11 @@ from quotaplane.quota import (
     ProducerIdQuotaManagerConfig,
     QuotaType,
 )
-from quotaplane.services.frontend import FrontendServer, serve_frontend
-from quotaplane.services.proxy import ProxyConfig
+from quotaplane.services.frontend import FrontendServer
 from tests.services.frontend.conftest import WireClient
 
-from .conftest import TANSU_NODE_ID, Proxied, Tansu, broker_port_base, start_tansu
-from .test_proxy import broker_client, create_topic, produce_checked, produce_request, record_batch
+from .conftest import TANSU_NODE_ID, Proxied, Tansu, start_tansu, upstream_config
+from .test_proxy import broker_client, core_throttle, create_topic, produce_checked, produce_request, record_batch
 
 
 def fetch_frame(topic: str, version: int, client_id: str, *, max_bytes: int = 50 * 1024 * 1024) -> bytes:
@@ -60,12 +59,6 @@ def throttle_of_fetch_response(frame: bytes) -> int:
     return int.from_bytes(frame[4:8], "big", signed=True)  # v1-v11: header (4 bytes), then throttle_time_ms
 
 
-def first_record_throttle(quota_type: QuotaType, client_id: str, quota: float, size: int) -> int:
-    manager = ClientQuotaManager(ClientQuotaManagerConfig(), quota_type)
-    manager.update_quota(ClientQuotaEntity(user="ANONYMOUS", client_id=client_id), quota)
-    return manager.record_and_get_throttle_time_ms("ANONYMOUS", client_id, float(size), 1_700_000_000_000)
-
-
 # --- fetch -------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def fetch_topic(proxied: Proxied) -> str:
@@ -87,47 +80,68 @@ def test_fetch_cap_is_the_cores_max_value_in_quota_window(proxied: Proxied, fetc
     assert expected == 7000.0 * 10 and proxied.frontend.fetch_caps[("ANONYMOUS", "capped")][0] == expected
 
 
-def second_record_throttle(quota_type: QuotaType, client_id: str, quota: float, size: int, gap_ms: int) -> int:
-    """The core's throttle for a second record of ``size`` bytes ``gap_ms`` after the first."""
-    manager = ClientQuotaManager(ClientQuotaManagerConfig(), quota_type)
-    manager.update_quota(ClientQuotaEntity(user="ANONYMOUS", client_id=client_id), quota)
-    t0 = 1_700_000_000_000
-    manager.record_and_get_throttle_time_ms("ANONYMOUS", client_id, float(size), t0)
-    return manager.record_and_get_throttle_time_ms("ANONYMOUS", client_id, float(size), t0 + gap_ms)
+@pytest.fixture(scope="module")
+def small_fetch_topic(proxied: Proxied) -> str:
+    """~40 kB: a whole-topic answer stays under a 5,000 B/s consumer's cap (10 s of quota, 50 kB)."""
+    create_topic(proxied, "fetched-small", 1)
+    produce_checked(proxied, "fetched-small", 40, {"client.id": "filler"})
+    return "fetched-small"
+
+
+def free_fetch_size(proxied: Proxied, topic: str, version: int, max_bytes: int) -> int:
+    """The size of the answer to the fetch an unthrottled client makes: what a throttled one records."""
+    free = broker_client(proxied, "free-reader")
+    try:
+        return len(raw_call(free, fetch_frame(topic, version, "free-reader", max_bytes=max_bytes)))
+    finally:
+        free.close()
 
 
 @pytest.mark.parametrize("version", [4, 7, 11])
-def test_a_throttled_fetch_is_answered_empty_with_the_cores_throttle(
-    proxied: Proxied, fetch_topic: str, version: int
-) -> None:
+def test_a_second_fetch_is_throttled_and_answered_empty(proxied: Proxied, small_fetch_topic: str, version: int) -> None:
     """Kafka caps a fetch at the quota's max value in one window, exactly what a first fetch may take
-    unthrottled; so the same fetch twice: the second is throttled, un-recorded and answered empty."""
+    unthrottled; so the same fetch twice: the first is answered in full, the second is throttled, un-recorded
+    and answered empty, with the core's throttle for two records the time between them apart."""
     client_id = f"throttled-reader-{version}"
     proxied.set_quota("consumer_byte_rate", 5000, client_id)
     cap = 5000 * 10
-    # the same (capped) fetch by an unthrottled client: the response size the throttled one records
-    free = broker_client(proxied, "free-reader")
-    try:
-        size = len(raw_call(free, fetch_frame(fetch_topic, version, "free-reader", max_bytes=cap)))
-    finally:
-        free.close()
-    assert size > 10_000  # records came back
+    size = free_fetch_size(proxied, small_fetch_topic, version, cap)
+    assert 10_000 < size < cap  # records came back, all of them under the cap
     before = proxied.frontend.stats.throttled_fetches
     client = broker_client(proxied, client_id)
     try:
-        first = raw_call(client, fetch_frame(fetch_topic, version, client_id))  # 50 MiB asked: capped
-        second = raw_call(client, fetch_frame(fetch_topic, version, client_id)) if len(first) == size else None
+        first = raw_call(client, fetch_frame(small_fetch_topic, version, client_id))  # 50 MiB asked: capped
+        second = raw_call(client, fetch_frame(small_fetch_topic, version, client_id))
     finally:
         client.close()
-    if second is None:  # the upstream sent more than max_bytes (KIP-74: a first batch larger than the limit)
-        assert throttle_of_fetch_response(first) == first_record_throttle(QuotaType.FETCH, client_id, 5000.0, size)
-        second = first
-    else:
-        assert throttle_of_fetch_response(first) == first_record_throttle(QuotaType.FETCH, client_id, 5000.0, size)
-        low = second_record_throttle(QuotaType.FETCH, client_id, 5000.0, size, 999)
-        high = second_record_throttle(QuotaType.FETCH, client_id, 5000.0, size, 0)
-        assert 0 < low <= throttle_of_fetch_response(second) <= high
+    assert len(first) == size and throttle_of_fetch_response(first) == 0
+    assert core_throttle(client_id, 5000.0, size, QuotaType.FETCH) == 0
+    low = core_throttle(client_id, 5000.0, size, QuotaType.FETCH, second_after_ms=999)
+    high = core_throttle(client_id, 5000.0, size, QuotaType.FETCH, second_after_ms=0)
+    assert 0 < low <= throttle_of_fetch_response(second) <= high
     assert len(second) < 32  # Kafka's empty throttled response: no partitions
+    assert proxied.frontend.stats.throttled_fetches == before + 1
+
+
+@pytest.mark.parametrize("version", [4, 7, 11])
+def test_a_first_fetch_over_the_cap_is_throttled_and_answered_empty(
+    proxied: Proxied, fetch_topic: str, version: int
+) -> None:
+    """An upstream that answers more than the cap (Tansu ignores max_bytes; a Kafka broker does so for a first
+    batch larger than the limit, KIP-74): the first fetch already exceeds the window and is answered empty."""
+    client_id = f"over-cap-reader-{version}"
+    proxied.set_quota("consumer_byte_rate", 5000, client_id)
+    size = free_fetch_size(proxied, fetch_topic, version, 5000 * 10)
+    assert size > 5000 * 10  # the upstream did answer over the cap
+    before = proxied.frontend.stats.throttled_fetches
+    client = broker_client(proxied, client_id)
+    try:
+        answer = raw_call(client, fetch_frame(fetch_topic, version, client_id))
+    finally:
+        client.close()
+    expected = core_throttle(client_id, 5000.0, size, QuotaType.FETCH)
+    assert expected > 0 and throttle_of_fetch_response(answer) == expected
+    assert len(answer) < 32
     assert proxied.frontend.stats.throttled_fetches == before + 1
 
 
@@ -178,10 +192,7 @@ def test_new_producer_ids_beyond_the_rate_throttle_the_produce(proxied: Proxied)
     proxied.set_quota("producer_ids_rate", 0.0001)
     ids = list(range(7_000_001, 7_000_009))
     batches = b"".join(record_batch([b"p"], producer_id=pid, epoch=0, sequence=0) for pid in ids)
-    Topic = ProduceRequest.TopicProduceData
-    request = ProduceRequest(
-        acks=1, timeout_ms=10_000, topic_data=[Topic("pids", [Topic.PartitionProduceData(0, batches)])]
-    )
+    request = produce_request("pids", batches)
     client = broker_client(proxied, "pid-churner")
     try:
         answer = client.call(ApiKey.PRODUCE, 7, request)
@@ -197,12 +208,7 @@ def test_new_producer_ids_beyond_the_rate_throttle_the_produce(proxied: Proxied)
 # --- several proxies, restarts, upstream failures ------------------------------------------------------------------
 @pytest.fixture
 def second_proxy(proxied: Proxied) -> Iterator[FrontendServer]:
-    server = serve_frontend(
-        proxied.cluster.gateway_address,
-        proxied.cluster.admin_address,
-        port=0,
-        upstream=ProxyConfig(bootstrap=proxied.tansu.bootstrap, broker_port_base=broker_port_base()),
-    )
+    server = proxied.serve(upstream=upstream_config(proxied.tansu.bootstrap))
     try:
         yield server
     finally:
@@ -225,19 +231,17 @@ def test_two_proxies_share_one_budget(proxied: Proxied, second_proxy: FrontendSe
             throttles.append(client.call(ApiKey.PRODUCE, 7, request).throttle_time_ms)
         finally:
             client.close()
-    assert throttles[0] == first_record_throttle(QuotaType.PRODUCE, "two-proxies", 5000.0, size)
+    assert throttles[0] == core_throttle("two-proxies", 5000.0, size)
     # the second proxy's answer counts both requests: 2 * size over a window of 10 s plus the gap between them
-    low = second_record_throttle(QuotaType.PRODUCE, "two-proxies", 5000.0, size, 999)
-    high = second_record_throttle(QuotaType.PRODUCE, "two-proxies", 5000.0, size, 0)
+    low = core_throttle("two-proxies", 5000.0, size, second_after_ms=999)
+    high = core_throttle("two-proxies", 5000.0, size, second_after_ms=0)
     assert 0 < low <= throttles[1] <= high
 
 
 def test_a_restarted_proxy_loses_and_duplicates_nothing(proxied: Proxied) -> None:
     create_topic(proxied, "restarts", 2)
-    base = broker_port_base()
-    upstream = ProxyConfig(bootstrap=proxied.tansu.bootstrap, broker_port_base=base)
-    gateway, admin = proxied.cluster.gateway_address, proxied.cluster.admin_address
-    first = serve_frontend(gateway, admin, port=0, upstream=upstream)
+    upstream = upstream_config(proxied.tansu.bootstrap)
+    first = proxied.serve(upstream=upstream)
     port = first.port
     acked: list[tuple[int, int]] = []
     errors: list[Any] = []
@@ -255,7 +259,7 @@ def test_a_restarted_proxy_loses_and_duplicates_nothing(proxied: Proxied) -> Non
             if seq == 150:
                 producer.flush(30)
                 first.close()  # every connection drops
-                first = serve_frontend(gateway, admin, port=port, upstream=upstream)
+                first = proxied.serve(port=port, upstream=upstream)
         assert producer.flush(60) == 0
     finally:
         first.close()
@@ -278,12 +282,7 @@ def test_an_upstream_that_dies_closes_its_clients_and_the_proxy_serves_others(
     proxied: Proxied, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     doomed: Tansu = start_tansu(tmp_path_factory.mktemp("doomed"))
-    server = serve_frontend(
-        proxied.cluster.gateway_address,
-        proxied.cluster.admin_address,
-        port=0,
-        upstream=ProxyConfig(bootstrap=doomed.bootstrap, broker_port_base=broker_port_base()),
-    )
+    server = proxied.serve(upstream=upstream_config(doomed.bootstrap))
     try:
         client = WireClient(server.proxy.brokers.proxy_port(TANSU_NODE_ID), client_id="orphan")
         assert client.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
@@ -301,6 +300,6 @@ def test_an_upstream_that_dies_closes_its_clients_and_the_proxy_serves_others(
         doomed.stop()
     other = broker_client(proxied, "unaffected")  # the main proxy keeps serving
     try:
-        assert decode_response(3, 4, raw_call(other, encode_request(3, 4, 1, MetadataRequest(topics=None))[4:])).body
+        assert other.call(ApiKey.METADATA, 4, MetadataRequest(topics=None)).brokers
     finally:
         other.close()
