@@ -141,6 +141,20 @@ def run_core(items: Sequence[Item], users: int, batch: int, streams: int) -> tup
 
 
 # --- the client process ----------------------------------------------------------------------------------
+def _usage_batch(pb: Any, batch_id: int, chunk: Sequence[Item], wire: str) -> Any:
+    """One ``UsageBatch``: as columns (one packed field per column) or as one ``UsageItem`` per item."""
+    if wire == "items":
+        return pb.UsageBatch(
+            batch_id=batch_id,
+            items=[pb.UsageItem(quota_type=t, user=u, client_id=c, value=v, now_ms=n) for t, u, c, v, n in chunk],
+        )
+    types, users, clients, values, times = zip(*chunk, strict=True)
+    return pb.UsageBatch(
+        batch_id=batch_id,
+        columns=pb.UsageColumns(quota_type=types, user=users, client_id=clients, value=values, now_ms=times),
+    )
+
+
 def _client(address: str, args: dict[str, Any], out: Any) -> None:
     """Runs in its own process: one thread per stream; reports throttles, latencies and the timed window."""
     import grpc
@@ -154,13 +168,7 @@ def _client(address: str, args: dict[str, Any], out: Any) -> None:
 
     def stream(index: int, part: list[Item]) -> None:
         batches = [
-            pb.UsageBatch(
-                batch_id=b,
-                items=[
-                    pb.UsageItem(quota_type=t, user=u, client_id=c, value=v, now_ms=n)
-                    for t, u, c, v, n in part[start : start + args["batch"]]
-                ],
-            )
+            _usage_batch(pb, b, part[start : start + args["batch"]], args.get("wire", "columns"))
             for b, start in enumerate(range(0, len(part), args["batch"]))
         ]
         sent: dict[int, float] = {}
@@ -204,7 +212,7 @@ def _client(address: str, args: dict[str, Any], out: Any) -> None:
                     latencies.append(now - sent[answer.batch_id])
                 timed_to = now
                 throttles.extend(answer.throttle_time_ms)
-        timed_items = sum(len(b.items) for b in batches[warm:])
+        timed_items = sum(len(b.items) or len(b.columns.quota_type) for b in batches[warm:])
         results[index] = (throttles, latencies, timed_from, timed_to, timed_items, errors)
 
     threads = [threading.Thread(target=stream, args=(i, p)) for i, p in enumerate(parts)]
@@ -256,7 +264,9 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
                 time.sleep(0.01)
             context = multiprocessing.get_context("spawn")
             out = context.Queue()
-            client_args = {k: getattr(args, k) for k in ("users", "items", "seed", "streams", "batch", "in_flight")}
+            client_args = {
+                k: getattr(args, k) for k in ("users", "items", "seed", "streams", "batch", "in_flight", "wire")
+            }
             process = context.Process(target=_client, args=(cluster.gateway_address, client_args, out))
             process.start()
             results = out.get(timeout=600)
@@ -333,7 +343,7 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
 def _cluster_in_subprocess(shards: int, args: argparse.Namespace) -> dict[str, Any]:
     """One cluster per process: Ray does not start reliably twice in one driver process."""
     command = [sys.executable, os.path.abspath(__file__), "--cluster-only", str(shards)]
-    for name in ("items", "batch", "streams", "in_flight", "users", "seed"):
+    for name in ("items", "batch", "streams", "in_flight", "users", "seed", "wire"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
@@ -352,6 +362,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=8, help="batches outstanding per stream")
     parser.add_argument("--users", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--wire",
+        choices=("columns", "items"),
+        default="columns",
+        help="how the client sends a UsageBatch: UsageColumns (default) or one UsageItem per item",
+    )
     parser.add_argument("--cluster-only", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
@@ -375,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "quotas": len(quotas(args.users)),
             "throttled_fraction": round(sum(1 for a in expected for t in a if t > 0) / max(1, args.items), 3),
             "seed": args.seed,
+            "wire": args.wire,
             "quick": args.quick,
         },
         "figures": {"core_in_process": core, "cluster": clusters},

@@ -97,8 +97,9 @@ class GatewayConfig:
     #: Bytes per actor call to one shard (counted for items that declare a size: telemetry pushes), so a
     #: micro-batch of 1 MiB pushes never makes a 1 GiB call; a single larger request still goes alone.
     max_shard_batch_bytes: int = 8 * 1024 * 1024
-    #: How long a shard's worker waits for more items before sending a partial micro-batch.
-    linger_s: float = 0.001
+    #: How long a shard's worker waits for more items before sending a partial micro-batch. 0: batches form
+    #: while the previous call is in flight (natural batching), so an idle shard adds no delay.
+    linger_s: float = 0.0
     #: Items queued or in flight at once, gateway-wide (back-pressure beyond).
     max_in_flight_items: int = 200_000
     #: Request batches in flight per stream (answers still go out in order).

@@ -53,24 +53,84 @@ _REPLICATION_NAMES = {
 # --- checks: each request's items, every item checked before anything is sent -----------------------------
 def usage_items(config: GatewayConfig, batch: pb.UsageBatch, now_ms: int) -> list[tuple[str, str, str, float, int]]:
     """The batch's items as ``(type, user, client_id, value, now_ms)``, every item checked first."""
+    if batch.HasField("columns"):
+        if batch.items:
+            raise InvalidArgument("set either items or columns, not both")
+        return _usage_columns(config, batch.columns, now_ms)
     config.check_size(len(batch.items))
     items = []
     append = items.append
     max_name = config.max_name_length
     for index, item in enumerate(batch.items):
         quota_type, user, client_id, value = item.quota_type, item.user, item.client_id, item.value
-        if quota_type not in _TYPE_NAMES:
-            raise InvalidArgument(f"item {index}: unknown quota type {quota_type}; expected PRODUCE or FETCH")
-        if not (0.0 <= value < math.inf):
-            raise InvalidArgument(f"item {index}: value must be a finite number >= 0, got {value!r}")
-        if not user or len(user) > max_name or len(client_id) > max_name or "\x00" in user or "\x00" in client_id:
-            config.check_name(index, "user", user, allow_empty=False)
-            config.check_name(index, "client_id", client_id, allow_empty=True)
         t = item.now_ms if item.HasField("now_ms") else now_ms
-        if t < 0:
-            raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
+        if not (
+            quota_type in _TYPE_NAMES
+            and 0.0 <= value < math.inf
+            and user
+            and len(user) <= max_name
+            and len(client_id) <= max_name
+            and "\x00" not in user
+            and "\x00" not in client_id
+            and t >= 0
+        ):
+            _check_usage_item(config, index, quota_type, user, client_id, value, t)
         append((_TYPE_NAMES[quota_type], user, client_id, value, t))
     return items
+
+
+def _check_usage_item(
+    config: GatewayConfig, index: int, quota_type: int, user: str, client_id: str, value: float, t: int
+) -> None:
+    """INVALID_ARGUMENT naming the item and its first bad field, in the order the fields are checked."""
+    if quota_type not in _TYPE_NAMES:
+        raise InvalidArgument(f"item {index}: unknown quota type {quota_type}; expected PRODUCE or FETCH")
+    if not (0.0 <= value < math.inf):
+        raise InvalidArgument(f"item {index}: value must be a finite number >= 0, got {value!r}")
+    config.check_name(index, "user", user, allow_empty=False)
+    config.check_name(index, "client_id", client_id, allow_empty=True)
+    if t < 0:
+        raise InvalidArgument(f"item {index}: now_ms must be >= 0, got {t}")
+
+
+def _usage_columns(
+    config: GatewayConfig, columns: pb.UsageColumns, now_ms: int
+) -> list[tuple[str, str, str, float, int]]:
+    """``usage_items`` of a columnar batch: each check runs over a whole column (``min``, ``max``, ``sum``,
+    ``join``: C loops); only when one fails are the items walked one by one, so the error names the same item
+    and field as the same batch sent as ``items`` would."""
+    types, users, client_ids, values = (
+        list(columns.quota_type),
+        list(columns.user),
+        list(columns.client_id),
+        list(columns.value),
+    )
+    count = len(types)
+    config.check_size(count)
+    if not len(users) == len(client_ids) == len(values) == count:
+        raise InvalidArgument(
+            f"columns of unequal length: {count} quota_type, {len(users)} user, {len(client_ids)} client_id, "
+            f"{len(values)} value"
+        )
+    times = list(columns.now_ms) or [now_ms] * count
+    if len(times) != count:
+        raise InvalidArgument(f"now_ms has {len(times)} entries for {count} items: one per item, or none")
+    max_name = config.max_name_length
+    # a NaN or an infinity makes the sum non-finite; so may a sum of huge values, and then no item is refused
+    if not (
+        _TYPE_NAMES.keys() >= set(types)
+        and min(values) >= 0.0
+        and math.isfinite(sum(values))
+        and min(map(len, users)) > 0
+        and max(map(len, users)) <= max_name
+        and max(map(len, client_ids)) <= max_name
+        and "\x00" not in "".join(users)
+        and "\x00" not in "".join(client_ids)
+        and min(times) >= 0
+    ):
+        for index, item in enumerate(zip(types, users, client_ids, values, times, strict=True)):
+            _check_usage_item(config, index, *item)
+    return list(zip(map(_TYPE_NAMES.__getitem__, types), users, client_ids, values, times, strict=True))
 
 
 def request_items(

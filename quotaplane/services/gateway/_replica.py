@@ -44,8 +44,11 @@ class ConfigReplica:
         self._timeout_s = timeout_s
         self.lock = threading.RLock()
         self.polls = 0
-        #: (quota type, user, client id) -> shard key, valid for the current offset (emptied on every change)
+        #: (quota type, user, client id) -> shard key, valid at ``_keys_offset`` only: ``resolve`` empties it, under
+        #: ``lock``, as soon as the image has moved (the follower applies events under the same lock), so no
+        #: batch is ever stamped with an offset and routed by keys of an older one
         self._keys: dict[tuple[str, str, str], str] = {}
+        self._keys_offset = -1
         self._enabled: tuple[int, dict[str, bool]] | None = None
         self.follower = ConfigFollower(self._call, max_events=max_events, lock=self.lock)
         self.follower.start()
@@ -83,11 +86,7 @@ class ConfigReplica:
     def _pull(self) -> bool:
         """Apply everything the controller has past our offset; True if anything changed (the controller is
         asked without holding ``lock``, so resolution goes on meanwhile)."""
-        changed = self.follower.catch_up()
-        if changed:
-            with self.lock:
-                self._keys = {}
-        return changed
+        return self.follower.catch_up()
 
     def poll(self) -> bool:
         """One round: apply the controller's new events, if any."""
@@ -105,8 +104,10 @@ class ConfigReplica:
         with self.lock:
             callbacks = self._callbacks
             cache = self._keys
-            if len(cache) > 500_000:
+            offset = self.image.end_offset
+            if offset != self._keys_offset or len(cache) > 500_000:
                 cache = self._keys = {}
+                self._keys_offset = offset
             keys = []
             append = keys.append
             for quota_type, user, client_id, *_ in items:
@@ -115,7 +116,7 @@ class ConfigReplica:
                     user_tag, client_tag = callbacks[quota_type].metric_tags(sanitize(user), client_id)
                     key = cache[(quota_type, user, client_id)] = f"{quota_type}\x00{user_tag}\x00{client_tag}"
                 append(key)
-            return self.image.end_offset, keys
+            return offset, keys
 
     def enabled_quota_types(self) -> tuple[int, dict[str, bool]]:
         """The offset and, per quota type, whether any quota of it is configured (Kafka's ``quotasEnabled``;
