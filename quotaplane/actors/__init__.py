@@ -5,6 +5,7 @@ The actors are thin: every semantic lives in the pure core (``quotaplane.quota``
 this package adds processes, placement and the config stream between them.
 """
 
+from ._direct import DirectAddress, read_frame, write_frame
 from ._follower import ConfigFollower, ray_get
 from ._placement import RendezvousPlacement, owner_of, shard_weight
 from ._resources import check_resources
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_CONTROLLER_NAME",
     "ConfigController",
     "ConfigFollower",
+    "DirectAddress",
     "ImageSnapshot",
     "OffsetOutOfRangeError",
     "RendezvousPlacement",
@@ -28,7 +30,9 @@ __all__ = [
     "check_resources",
     "owner_of",
     "ray_get",
+    "read_frame",
     "shard_weight",
     "start_controller",
     "start_shard",
+    "write_frame",
 ]

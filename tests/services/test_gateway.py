@@ -355,6 +355,31 @@ def test_a_gateway_behind_the_shards_catches_up_and_routes_again(cluster, admin)
         slow_server.stop(0).wait()
 
 
+def test_direct_channel_and_ray_calls_decide_alike_and_share_the_budget(cluster, admin, quota):
+    """Batches through a gateway on the shards' direct channels (the default) and through one making Ray actor
+    calls (``direct_shard_calls=False``), interleaved: one budget, the core's decisions."""
+    core = Core()
+    for user in ("dc-a", "dc-b"):
+        set_quota(admin, core, pb.PRODUCE, user, None, 1500.0)
+    wait_propagated(cluster, cluster.gateway)
+    ray_server, ray_port, via_ray = serve_gateway(
+        cluster.controller, cluster.shards, "127.0.0.1:0", config=GatewayConfig(direct_shard_calls=False)
+    )
+    try:
+        items = workload(["dc-a", "dc-b"], ["k1", "k2"], 400, T0 + 50_000_000, seed=9)
+        answers: list[int] = []
+        with grpc.insecure_channel(f"127.0.0.1:{ray_port}") as channel:
+            stubs = [quota_pb2_grpc.QuotaServiceStub(channel), quota]
+            for n, i in enumerate(range(0, 400, 40)):
+                answers.extend(stubs[n % 2].RecordUsageBatch(batch(items[i : i + 40])).throttle_time_ms)
+        assert answers == core.record(items)
+        assert sum(1 for t in answers if t > 0) > 20
+        assert all(w.channel.connects == 0 for w in via_ray.workers.values())
+        assert sum(w.channel.connects for w in cluster.gateway.workers.values()) >= 1
+    finally:
+        ray_server.stop(0).wait()
+
+
 def test_a_busy_gateway_port_fails_before_ray_starts(tmp_path):
     import socket
 

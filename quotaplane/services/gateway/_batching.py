@@ -2,7 +2,8 @@
 
 Items are grouped per owning shard and queued; each shard's worker drains its queue into micro-batches (at
 most ``max_shard_batch_items`` items and ``max_shard_batch_bytes`` bytes, waiting at most ``linger_s`` for
-more: 0 by default) and makes one ``ShardActor.serve_packed`` call per micro-batch, one call in flight.
+more: 0 by default) and makes one call per micro-batch to the shard (``_shard_channel``: its direct channel,
+or ``ShardActor.serve_packed`` through Ray), one call in flight.
 Batching is natural: while a call is in flight the queue fills, and the next call takes all of it, so a busy
 shard gets large micro-batches and an idle one answers a lone item at once, without a linger. Items reach a shard in
 the order they arrived; a micro-batch only joins units of the same kind routed at the same config offset,
@@ -14,16 +15,14 @@ from __future__ import annotations
 
 import collections
 import logging
-import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from quotaplane.actors import ray_get
-
 from ._checks import InvalidArgument, Unavailable
+from ._shard_channel import ShardChannel
 
 if TYPE_CHECKING:
     from ._routing import Gateway
@@ -34,19 +33,6 @@ log = logging.getLogger(__name__)
 
 #: ``(items, indices or None for all) -> (config offset, shard keys of those items)``
 Router = Callable[[list[Any], Sequence[int] | None], tuple[int, list[str]]]
-
-
-def _ray_call(ref: Any, timeout_s: float) -> Any:
-    """``ray_get`` with the shard's own error re-raised; a dead, restarting or silent shard (or controller,
-    when the shard could not reach it to catch up) is :class:`Unavailable`."""
-    from ray.exceptions import GetTimeoutError, RayActorError
-
-    try:
-        return ray_get(ref, timeout_s)
-    except RayActorError as e:
-        raise Unavailable(f"a shard is unavailable (restarting?): {str(e).splitlines()[0]}") from None
-    except GetTimeoutError:
-        raise Unavailable(f"a shard did not answer within {timeout_s:g} s") from None
 
 
 class Pending:
@@ -127,6 +113,9 @@ class ShardWorker(threading.Thread):
         self.gateway = gateway
         self.shard_id = shard_id
         self.handle = handle
+        self.channel = ShardChannel(
+            shard_id, handle, timeout_s=gateway.config.shard_timeout_s, direct=gateway.config.direct_shard_calls
+        )
         self.queue: collections.deque[Unit] = collections.deque()
         self.cond = threading.Condition()
         self.batches = 0
@@ -176,6 +165,7 @@ class ShardWorker(threading.Thread):
         while True:
             units = self._take()
             if units is None:
+                self.channel.close()
                 return
             try:
                 self._send(units)
@@ -193,13 +183,7 @@ class ShardWorker(threading.Thread):
         for unit in units:
             source = unit.pending.items
             items.extend(source[i] for i in unit.indices)
-        # one bytes argument and one bytes answer: Ray serializes a list of small tuples item by item, ~10x
-        # slower than pickle does (ShardActor.serve_packed)
-        ref = self.handle.serve_packed.remote(kind, offset, pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL))
-        try:
-            shard_offset, throttles = pickle.loads(_ray_call(ref, gateway.config.shard_timeout_s))
-        except ValueError as e:  # the shard's validation: the gateway's check missed something
-            raise InvalidArgument(str(e).splitlines()[0]) from None
+        shard_offset, throttles = self.channel.call(kind, offset, items)
         self.batches += 1
         if throttles is None:
             if shard_offset < offset:  # it could not catch up to the gateway's config

@@ -100,6 +100,9 @@ class GatewayConfig:
     #: How long a shard's worker waits for more items before sending a partial micro-batch. 0: batches form
     #: while the previous call is in flight (natural batching), so an idle shard adds no delay.
     linger_s: float = 0.0
+    #: Send micro-batches over each shard's direct TCP channel (~20 µs a round trip) rather than as Ray actor
+    #: calls (~0.5–0.9 ms); the actor call remains for shards without a channel.
+    direct_shard_calls: bool = True
     #: Items queued or in flight at once, gateway-wide (back-pressure beyond).
     max_in_flight_items: int = 200_000
     #: Request batches in flight per stream (answers still go out in order).

@@ -1,0 +1,111 @@
+"""How a shard worker calls its shard: the shard's direct channel, or a Ray actor call.
+
+The direct channel (``quotaplane.actors`` ``DirectChannelServer``: one TCP connection, ~20 µs a round trip) is
+the default; its address and token come from the ``direct_address`` actor call and are asked again after the
+connection breaks (a restarted shard listens on a new port). With ``GatewayConfig.direct_shard_calls`` off,
+or against a shard that has no channel, every micro-batch is one ``serve_packed`` actor call instead.
+
+Either way the outcome is the same: ``(shard offset, results)``, :class:`InvalidArgument` for the shard's
+ValueError, :class:`Unavailable` for a shard that is dead, restarting or silent. A batch whose connection broke
+mid-call may or may not have been served, exactly as with an actor that died during a call.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+from typing import Any
+
+from quotaplane.actors import DirectAddress, ray_get, read_frame, write_frame
+
+from ._checks import InvalidArgument, Unavailable
+
+__all__ = ["ShardChannel"]
+
+
+def _ray_call(ref: Any, timeout_s: float) -> Any:
+    """``ray_get`` with the shard's own error re-raised; a dead, restarting or silent shard (or controller,
+    when the shard could not reach it to catch up) is :class:`Unavailable`."""
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    try:
+        return ray_get(ref, timeout_s)
+    except RayActorError as e:
+        raise Unavailable(f"a shard is unavailable (restarting?): {str(e).splitlines()[0]}") from None
+    except GetTimeoutError:
+        raise Unavailable(f"a shard did not answer within {timeout_s:g} s") from None
+
+
+class ShardChannel:
+    """One shard worker's way to its shard (used by that worker's thread only; ``close`` from any thread)."""
+
+    def __init__(self, shard_id: str, handle: Any, *, timeout_s: float, direct: bool = True) -> None:
+        self.shard_id = shard_id
+        self.handle = handle
+        self.timeout_s = timeout_s
+        self.direct = direct
+        self._sock: socket.socket | None = None
+        self._stream: Any = None
+        self._lock = threading.Lock()  # guards _sock against close() from another thread
+        #: connections opened (1 plus one per reconnect after a broken connection)
+        self.connects = 0
+
+    def call(self, kind: str, offset: int, items: list[Any]) -> tuple[int, list[Any] | None]:
+        """Serve ``items`` of ``kind`` at ``offset`` on the shard: ``(its offset, results or None)``."""
+        if self.direct and self._connected():
+            return self._direct_call(kind, offset, items)
+        payload = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
+        ref = self.handle.serve_packed.remote(kind, offset, payload)
+        try:
+            return pickle.loads(_ray_call(ref, self.timeout_s))
+        except ValueError as e:  # the shard's validation: the gateway's check missed something
+            raise InvalidArgument(str(e).splitlines()[0]) from None
+
+    def close(self) -> None:
+        with self._lock:
+            sock, self._sock, self._stream = self._sock, None, None
+        if sock is not None:
+            sock.close()
+
+    def _connected(self) -> bool:
+        """Connect (asking the shard where) unless connected; False if the shard has no direct channel."""
+        if self._sock is not None:
+            return True
+        try:
+            address: DirectAddress | None = _ray_call(self.handle.direct_address.remote(), self.timeout_s)
+        except AttributeError:  # a handle without the method: an older shard
+            return False
+        if address is None:
+            return False
+        host, port, token = address
+        try:
+            sock = socket.create_connection((host, port), timeout=self.timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            write_frame(sock, token)
+        except OSError as e:
+            raise Unavailable(f"shard {self.shard_id}: cannot connect to its direct channel: {e}") from None
+        with self._lock:
+            self._sock, self._stream = sock, sock.makefile("rb")
+        self.connects += 1
+        return True
+
+    def _direct_call(self, kind: str, offset: int, items: list[Any]) -> tuple[int, list[Any] | None]:
+        sock, stream = self._sock, self._stream
+        if sock is None:
+            raise Unavailable(f"shard {self.shard_id}: the gateway is closing")
+        try:
+            write_frame(sock, pickle.dumps((kind, offset, items), protocol=pickle.HIGHEST_PROTOCOL))
+            frame = read_frame(stream)
+        except (OSError, ConnectionError, ValueError) as e:
+            self.close()
+            raise Unavailable(f"shard {self.shard_id} is unavailable (restarting?): {e}") from None
+        if frame is None:
+            self.close()
+            raise Unavailable(f"shard {self.shard_id} closed its direct channel (restarting?)")
+        outcome, value = pickle.loads(frame)
+        if outcome == "ok":
+            return value
+        if outcome == "invalid":
+            raise InvalidArgument(str(value).splitlines()[0])
+        raise RuntimeError(f"shard {self.shard_id}: {value}")
