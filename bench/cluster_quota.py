@@ -19,6 +19,11 @@ What it measures
     cluster's throttle times can be compared with the core's exactly (``decisions_equal_core``).
     The first 10 % of each stream is a warm-up (sensors created, connections up) and is not timed.
 
+    Then, on the same cluster: one batch at a time (``unloaded_one_batch_in_flight``), one 1-item batch at a
+    time (``unloaded_one_item_in_flight``: the latency of one decision of a Kafka proxy), and the streams paced
+    open-loop at half the measured rate (``half_load_paced``). Batches go as ``UsageColumns`` (``--wire
+    items``: one ``UsageItem`` per item, as before the columnar form existed).
+
 Output: one JSON object on stdout (workload, figures, machine). Run:
 ``.venv/bin/python bench/cluster_quota.py [--quick] [--shards 1,2,4] [--items N] [--batch N] [--streams N]``.
 """
@@ -279,6 +284,13 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
             process.start()
             quiet = out.get(timeout=600)[0]
             process.join(timeout=60)
+            # one item per batch, one at a time: what one decision of a Kafka proxy waits for
+            single_args = {**client_args, "streams": 1, "in_flight": 1, "batch": 1, "items": 2_000}
+            single_args.update(seed=args.seed + 3, t0=T0 + 30_000_000)
+            process = context.Process(target=_client, args=(cluster.gateway_address, single_args, out))
+            process.start()
+            single = out.get(timeout=600)[0]
+            process.join(timeout=60)
             # half load: the same streams, paced open-loop at half the decisions/s measured above
             timed = sum(r[4] for r in results.values())
             span = max(r[3] for r in results.values()) - min(r[2] for r in results.values())
@@ -336,6 +348,12 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
             "batch_p50_ms": round(percentile(quiet_latencies, 0.5) * 1000, 3),
             "batch_p99_ms": round(percentile(quiet_latencies, 0.99) * 1000, 3),
             "errors": quiet[5],
+        },
+        "unloaded_one_item_in_flight": {
+            "batch_p50_ms": round(percentile(single[1], 0.5) * 1000, 3),
+            "batch_p99_ms": round(percentile(single[1], 0.99) * 1000, 3),
+            "batches_timed": len(single[1]),
+            "errors": single[5],
         },
     }
 
@@ -398,7 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "notes": (
             "cluster.batch_p50/p99_ms are under load: streams x in_flight batches are queued at once, so they are "
             "mostly queueing (Little's law); half_load_paced offers half the measured decisions/s open-loop "
-            "(latency from each batch's due time); unloaded_one_batch_in_flight is one batch alone. "
+            "(latency from each batch's due time); unloaded_one_batch_in_flight is one batch alone; "
+            "unloaded_one_item_in_flight is one 1-item batch at a time (a proxy's single decision). "
             "Client, gateway, shards and Ray share the machine's cores; the core figure uses one core."
         ),
         "machine": machine(),
