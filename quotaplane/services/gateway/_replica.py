@@ -108,14 +108,17 @@ class ConfigReplica:
             if offset != self._keys_offset or len(cache) > 500_000:
                 cache = self._keys = {}
                 self._keys_offset = offset
-            keys = []
-            append = keys.append
-            for quota_type, user, client_id, *_ in items:
-                key = cache.get((quota_type, user, client_id))
-                if key is None:
-                    user_tag, client_tag = callbacks[quota_type].metric_tags(sanitize(user), client_id)
-                    key = cache[(quota_type, user, client_id)] = f"{quota_type}\x00{user_tag}\x00{client_tag}"
-                append(key)
+            get = cache.get
+            keys = [get(item[:3]) for item in items]
+            if None in keys:  # first sight of some (type, user, client id) at this offset
+                for index, key in enumerate(keys):
+                    if key is None:
+                        quota_type, user, client_id = found = items[index][:3]
+                        key = cache.get(found)
+                        if key is None:
+                            user_tag, client_tag = callbacks[quota_type].metric_tags(sanitize(user), client_id)
+                            key = cache[found] = f"{quota_type}\x00{user_tag}\x00{client_tag}"
+                        keys[index] = key
             return offset, keys
 
     def enabled_quota_types(self) -> tuple[int, dict[str, bool]]:

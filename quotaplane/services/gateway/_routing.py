@@ -174,15 +174,20 @@ class Gateway:
         items = pending.items
         chosen = range(len(items)) if indices is None else indices
         offset, keys = pending.route(items, indices)
+        known = self._owner_cache.get
+        owners = [known(key) for key in keys]
+        if None in owners:
+            owners = [shard if shard is not None else self._owner(key) for shard, key in zip(owners, keys, strict=True)]
         groups: dict[str, list[int]] = {}
-        owner = self._owner
-        for index, key in zip(chosen, keys, strict=True):
-            shard = owner(key)
-            group = groups.get(shard)
-            if group is None:
-                groups[shard] = [index]
-            else:
-                group.append(index)
+        if len(set(owners)) == 1:  # one shard owns them all (always, with one shard)
+            groups[owners[0]] = list(chosen)
+        else:
+            for index, shard in zip(chosen, owners, strict=True):
+                group = groups.get(shard)
+                if group is None:
+                    groups[shard] = [index]
+                else:
+                    group.append(index)
         sizes = pending.sizes
         for shard, group in groups.items():
             size = sum(sizes[i] for i in group) if sizes is not None else 0
