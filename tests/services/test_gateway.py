@@ -8,10 +8,13 @@ fleet must answer exactly as one Kafka broker that saw all the traffic would.
 from __future__ import annotations
 
 import math
+import pickle
 import queue
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -25,6 +28,7 @@ from quotaplane.services.gateway import (
     GatewayConfig,
     serve_gateway,
 )
+from quotaplane.services.gateway._shard_channel import ShardChannel
 from quotaplane.services.launcher import launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
@@ -378,6 +382,37 @@ def test_direct_channel_and_ray_calls_decide_alike_and_share_the_budget(cluster,
         assert sum(w.channel.connects for w in cluster.gateway.workers.values()) >= 1
     finally:
         ray_server.stop(0).wait()
+
+
+class FakeShard:
+    """A shard handle whose direct channel is at ``address`` and whose Ray call answers ``via-ray``."""
+
+    def __init__(self, address: tuple[str, int, bytes]) -> None:
+        self.address = address
+        self.asked = 0
+
+    @property
+    def direct_address(self) -> SimpleNamespace:
+        def remote() -> ray.ObjectRef:
+            self.asked += 1
+            return ray.put(self.address)
+
+        return SimpleNamespace(remote=remote)
+
+    @property
+    def serve_packed(self) -> SimpleNamespace:
+        return SimpleNamespace(remote=lambda kind, offset, payload: ray.put(pickle.dumps((offset, ["via-ray"]))))
+
+
+def test_an_unreachable_direct_channel_falls_back_to_ray_calls_for_a_while(cluster):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    shard = FakeShard(("127.0.0.1", port, b"t" * 32))
+    channel = ShardChannel("fake", shard, timeout_s=5.0)
+    assert channel.call("usage", 3, [("PRODUCE", "u", "c", 1.0, T0)]) == (3, ["via-ray"])
+    assert channel.call("usage", 4, [("PRODUCE", "u", "c", 1.0, T0)]) == (4, ["via-ray"])
+    assert (shard.asked, channel.connects) == (1, 0)  # not asked again within RETRY_DIRECT_S
 
 
 def test_a_busy_gateway_port_fails_before_ray_starts(tmp_path):

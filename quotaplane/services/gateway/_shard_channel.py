@@ -3,7 +3,9 @@
 The direct channel (``quotaplane.actors`` ``DirectChannelServer``: one TCP connection, ~20 µs a round trip) is
 the default; its address and token come from the ``direct_address`` actor call and are asked again after the
 connection breaks (a restarted shard listens on a new port). With ``GatewayConfig.direct_shard_calls`` off,
-or against a shard that has no channel, every micro-batch is one ``serve_packed`` actor call instead.
+or against a shard that has no channel, every micro-batch is one ``serve_packed`` actor call instead; so is
+every micro-batch for ``RETRY_DIRECT_S`` after the channel could not be reached (a network policy that lets
+Ray's ports through but not the shard's: the gateway keeps serving, a little slower, and says so once).
 
 Either way the outcome is the same: ``(shard offset, results)``, :class:`InvalidArgument` for the shard's
 ValueError, :class:`Unavailable` for a shard that is dead, restarting or silent. A batch whose connection broke
@@ -12,16 +14,24 @@ mid-call may or may not have been served, exactly as with an actor that died dur
 
 from __future__ import annotations
 
+import logging
 import pickle
 import socket
 import threading
+import time
 from typing import Any
 
 from quotaplane.actors import DirectAddress, ray_get, read_frame, write_frame
 
 from ._checks import InvalidArgument, Unavailable
 
-__all__ = ["ShardChannel"]
+__all__ = ["RETRY_DIRECT_S", "ShardChannel"]
+
+log = logging.getLogger(__name__)
+
+#: After a failed connection to a shard's direct channel, how long its micro-batches go through Ray instead.
+RETRY_DIRECT_S = 5.0
+_CONNECT_TIMEOUT_S = 2.0
 
 
 def _ray_call(ref: Any, timeout_s: float) -> Any:
@@ -50,6 +60,8 @@ class ShardChannel:
         self._lock = threading.Lock()  # guards _sock against close() from another thread
         #: connections opened (1 plus one per reconnect after a broken connection)
         self.connects = 0
+        self._retry_direct_at = 0.0
+        self._unreachable_logged = False
 
     def call(self, kind: str, offset: int, items: list[Any]) -> tuple[int, list[Any] | None]:
         """Serve ``items`` of ``kind`` at ``offset`` on the shard: ``(its offset, results or None)``."""
@@ -72,6 +84,8 @@ class ShardChannel:
         """Connect (asking the shard where) unless connected; False if the shard has no direct channel."""
         if self._sock is not None:
             return True
+        if time.monotonic() < self._retry_direct_at:
+            return False
         try:
             address: DirectAddress | None = _ray_call(self.handle.direct_address.remote(), self.timeout_s)
         except AttributeError:  # a handle without the method: an older shard
@@ -80,11 +94,23 @@ class ShardChannel:
             return False
         host, port, token = address
         try:
-            sock = socket.create_connection((host, port), timeout=self.timeout_s)
+            # a dropped SYN must not hold the worker for the whole call timeout
+            sock = socket.create_connection((host, port), timeout=min(self.timeout_s, _CONNECT_TIMEOUT_S))
+            sock.settimeout(self.timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             write_frame(sock, token)
         except OSError as e:
-            raise Unavailable(f"shard {self.shard_id}: cannot connect to its direct channel: {e}") from None
+            (log.debug if self._unreachable_logged else log.warning)(
+                "shard %s: its direct channel at %s:%s is unreachable (%s); Ray actor calls for %g s",
+                self.shard_id,
+                host,
+                port,
+                e,
+                RETRY_DIRECT_S,
+            )
+            self._unreachable_logged = True
+            self._retry_direct_at = time.monotonic() + RETRY_DIRECT_S
+            return False
         with self._lock:
             self._sock, self._stream = sock, sock.makefile("rb")
         self.connects += 1
