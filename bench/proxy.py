@@ -18,6 +18,9 @@ What it measures
        - ``latency``: a paced run, acks=1, linger.ms=0, one message in flight at ``--latency-rate`` msg/s
          (``--latency-messages`` of them): produce() to delivery p50 / p99 / max without queueing; the
          ``added_p99_ms`` of the report is the proxy's p99 minus the direct one here.
+       - ``with_quota``: the paced latency run once more through the proxy, for a tenant with produce and
+         request quotas far above its use, so each request waits for the gateway's decisions (usage and
+         request time), which the unthrottled run skips (no quota of those types is set there).
        - ``consume``: a consumer ``assign()`` s every partition of the produced topic from offset 0 and reads
          all of it; MB/s and msgs/s from ``assign()`` to the last message.
        plus ``ratios`` (proxy / direct).
@@ -320,12 +323,29 @@ def unthrottled(pool: Any, targets: dict[str, str], args: argparse.Namespace) ->
     return out
 
 
-def set_quota(cluster: Any, client_id: str, quota: int) -> None:
+def with_quota_latency(pool: Any, cluster: Any, proxied: str, direct_latency: dict[str, Any], args: Any) -> dict:
+    """The paced latency run again through the proxy, for a tenant with produce and request quotas far above
+    what it uses: nothing is throttled, but every request now pays the decisions (usage and request time)
+    at the gateway, where the unthrottled run paid none (no quota of those types existed)."""
+    topic = "bench-latency-quota"
+    set_quota(cluster, f"bench-{topic}", 10**12, extra=("request_percentage=100000",))
+    job = (proxied, topic, args.latency_messages, args.message_bytes, args.latency_rate, 2)
+    latency = pool.apply(_latency_job, job)
+    return {
+        "quotas": "producer_byte_rate=1e12, request_percentage=100000 (never binding)",
+        "latency": latency,
+        "added_p50_ms": round(latency["p50_ms"] - direct_latency["p50_ms"], 3),
+        "added_p99_ms": round(latency["p99_ms"] - direct_latency["p99_ms"], 3),
+    }
+
+
+def set_quota(cluster: Any, client_id: str, quota: int, extra: Sequence[str] = ()) -> None:
     """``quotaplane quotas --alter`` as an operator runs it, then wait until the gateway has it."""
     from quotaplane.services.cli import main as cli
 
     entity = ["--entity-type", "users", "--entity-name", "ANONYMOUS", "--entity-type", "clients", "--entity-name"]
-    command = ["quotas", "--alter", "--add-config", f"producer_byte_rate={quota}", *entity, client_id]
+    configs = ",".join([f"producer_byte_rate={quota}", *extra])
+    command = ["quotas", "--alter", "--add-config", configs, *entity, client_id]
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON report
         if cli([*command, "--bootstrap-server", cluster.admin_address]) != 0:
             raise SystemExit("setting the quota failed")
@@ -423,7 +443,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         second = None
         try:
             upstream = f"127.0.0.1:{port}"
-            topics = ["bench-direct", "bench-proxy", "bench-latency-direct", "bench-latency-proxy", "bench-budget"]
+            topics = [
+                "bench-direct",
+                "bench-proxy",
+                "bench-latency-direct",
+                "bench-latency-proxy",
+                "bench-latency-quota",
+                "bench-budget",
+            ]
             create_topics(upstream, topics, args.partitions)
             cluster = launch(
                 Path(root) / "d",
@@ -441,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 proxied = f"127.0.0.1:{cluster.frontend_port}"
                 figures = unthrottled(pool, {"direct": upstream, "proxy": proxied}, args)
+                figures["with_quota"] = with_quota_latency(pool, cluster, proxied, figures["direct"]["latency"], args)
                 second = serve_frontend(
                     cluster.gateway_address,
                     cluster.admin_address,
@@ -498,6 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         or budget["two_proxies"]["errors"]
         or budget["two_producers_one_proxy"]["errors"]
         or any(figures[t][k]["errors"] for t in ("direct", "proxy") for k in ("produce", "consume", "latency"))
+        or figures["with_quota"]["latency"]["errors"]
     )
     complete = all(figures[t]["consume"]["messages"] == args.messages for t in ("direct", "proxy"))
     return 0 if complete and not failed else 1
