@@ -11,6 +11,11 @@ What it measures, in one run on one temporary directory (``--dir``, default the 
     ``EventLog.append`` of one event (a client-quota change with principal and request id) with
     fsync, from 1 thread and from 16 threads: appends/s, the frames (fsyncs) written, and each
     append's latency. With 16 threads group commit shares frames: appends per frame says how much.
+    Then what a writer that hands the log more than one event per fsync gets, as events/s:
+    ``sixteen_threads_ten_events`` (each append carries 10 events, as an admin request altering 10
+    quotas does) and ``sixteen_threads_pipelined`` (each thread keeps up to 8 one-event appends in
+    flight with ``EventLog.submit``, waiting for the oldest before submitting more: a controller that
+    decides the next change before the previous one is durable and answers each when it is).
 ``read``
     ``--events`` events (default 1,000,000) appended with ``fsync=False`` in batches of 1000 (one
     frame each), then a fresh ``EventLog.open`` (the recovery scan of a clean log: every CRC) and
@@ -39,6 +44,7 @@ Output: one JSON object on stdout. Run: ``.venv/bin/python bench/eventlog.py [--
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import gc
 import hashlib
@@ -198,12 +204,98 @@ def _appends(b: Bench, threads: int, per_thread: int) -> dict:
     }
 
 
+def _pipelined(b: Bench, threads: int, per_thread: int, window: int) -> dict:
+    """``threads`` threads each keep up to ``window`` one-event appends in flight (``submit``, then ``wait``
+    for the oldest); an event counts once ``wait`` returned, i.e. once it is durable."""
+    directory = b.root / f"pipelined-{threads}"
+    events = [[client_quota_event(t * per_thread + j) for j in range(per_thread)] for t in range(threads)]
+    latencies: list[float] = []
+    barrier = threading.Barrier(threads + 1)
+    with EventLog.open(directory) as log:
+
+        def worker(mine: list[pb.Event]) -> None:
+            own = []
+            in_flight: collections.deque = collections.deque()
+            barrier.wait()
+            for e in mine:
+                if len(in_flight) == window:
+                    t, pending = in_flight.popleft()
+                    pending.wait()
+                    own.append(time.perf_counter() - t)
+                in_flight.append((time.perf_counter(), log.submit([e])))
+            for t, pending in in_flight:
+                pending.wait()
+                own.append(time.perf_counter() - t)
+            latencies.extend(own)
+
+        workers = [threading.Thread(target=worker, args=(events[t],)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - t0
+        frames = sum(len(s.bases) for s in log._segments)
+        assert log.end_offset == threads * per_thread
+    shutil.rmtree(directory)
+    total = threads * per_thread
+    return {
+        "threads": threads,
+        "in_flight_per_thread": window,
+        "events": total,
+        "events_per_s": round(total / elapsed),
+        "frames_fsynced": frames,
+        "events_per_frame": round(total / frames, 2),
+        "latency_submit_to_durable": percentiles_ms(latencies),
+    }
+
+
+def _batched(b: Bench, threads: int, per_thread: int, batch: int) -> dict:
+    """``threads`` threads each appending ``batch`` events per call (one admin request's records)."""
+    directory = b.root / f"batched-{threads}"
+    calls = [
+        [[client_quota_event((t * per_thread + j) * batch + k) for k in range(batch)] for j in range(per_thread)]
+        for t in range(threads)
+    ]
+    barrier = threading.Barrier(threads + 1)
+    with EventLog.open(directory) as log:
+
+        def worker(mine: list[list[pb.Event]]) -> None:
+            barrier.wait()
+            for events in mine:
+                log.append(events)
+
+        workers = [threading.Thread(target=worker, args=(calls[t],)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - t0
+        frames = sum(len(s.bases) for s in log._segments)
+    shutil.rmtree(directory)
+    total = threads * per_thread * batch
+    return {
+        "threads": threads,
+        "events_per_append": batch,
+        "events": total,
+        "events_per_s": round(total / elapsed),
+        "appends_per_s": round(threads * per_thread / elapsed),
+        "frames_fsynced": frames,
+        "events_per_frame": round(total / frames, 2),
+    }
+
+
 def appends(b: Bench) -> dict:
     return {
         "events_per_append": 1,
         "fsync": True,
         "one_thread": _appends(b, 1, 100 if b.quick else 2000),
         "sixteen_threads": _appends(b, 16, 20 if b.quick else 500),
+        "sixteen_threads_ten_events": _batched(b, 16, 5 if b.quick else 100, 10),
+        "sixteen_threads_pipelined": _pipelined(b, 16, 20 if b.quick else 1000, 8),
     }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Final
 
 from ..v1 import config_events_pb2 as pb
@@ -56,6 +57,9 @@ CONFIG: Final = "config"
 #: ``("client-quota", entity_key, quota_key)``, ``("client-metrics", name)`` or
 #: ``("config", resource_type, resource_name, config_name)``.
 ConfigKey = tuple
+#: A live client-quota value with the provenance of the event that set it:
+#: ``(value, offset, commit_time_ms, principal, request_id)``.
+QuotaCell = tuple[float, int, int, str, str]
 
 
 class OffsetGapError(ValueError):
@@ -112,6 +116,19 @@ class ConfigDelta:
     changes: tuple[Change, ...] = field(default=())
 
 
+#: A remembered request's offsets: ``offset`` for a one-event request, else ``(first_offset, last_offset)``;
+#: always the int when they are equal, so equal windows are equal dicts.
+RequestSpan = int | tuple[int, int]
+
+
+def _span(first: int, last: int) -> RequestSpan:
+    return first if first == last else (first, last)
+
+
+def _first_last(span: RequestSpan) -> tuple[int, int]:
+    return (span, span) if isinstance(span, int) else span
+
+
 def _stamped(event: pb.Event, commit_time_ms: int, principal: str, request_id: str) -> pb.Event:
     event.commit_time_ms, event.principal, event.request_id = commit_time_ms, principal, request_id
     return event
@@ -126,7 +143,6 @@ class ConfigImage:
         "_configs",
         "_max_applied_requests",
         "_other_provenance",
-        "_quota_provenance",
         "_quotas",
         "end_offset",
         "last_commit_time_ms",
@@ -138,25 +154,27 @@ class ConfigImage:
         self.end_offset = 0
         self.last_commit_time_ms = 0
         self._max_applied_requests = max_applied_requests
-        # entity id -> {quota key: value}, and the same shape for the provenance of each value
-        self._quotas: dict[str, dict[str, float]] = {}
-        self._quota_provenance: dict[str, dict[str, tuple[int, int, str, str]]] = {}
+        # entity id -> {quota key: (value, offset, commit_time_ms, principal, request_id)}: the value and its
+        # provenance in one cell, so a replayed event is one dict lookup and one store (``_replay_quotas``)
+        self._quotas: dict[str, dict[str, QuotaCell]] = {}
         self._client_metrics: dict[str, dict[str, str]] = {}
         self._configs: dict[tuple[int, str], dict[str, str]] = {}
         # ("client-metrics", name) / ("config", type, name, key) -> (offset, commit_time_ms, principal, request_id)
         self._other_provenance: dict[ConfigKey, tuple[int, int, str, str]] = {}
-        # request id -> [first_offset, last_offset], oldest first (trimmed in bulk, see _trim_requests)
-        self._applied_requests: dict[str, list[int]] = {}
+        # request id -> its span, oldest first (trimmed in bulk, see _trim_requests): the offset of a
+        # one-event request, else (first_offset, last_offset) (``_span``). Immutable values: a batch of new
+        # one-event requests is then one C-level dict.update of ids and offsets (_remember_requests).
+        self._applied_requests: dict[str, RequestSpan] = {}
 
     # --- reading ---------------------------------------------------------------------------------
     def client_quotas(self) -> dict[EntityKey, dict[str, float]]:
         """Every entity with its quotas (copies)."""
-        return {entity_of(eid): dict(values) for eid, values in self._quotas.items()}
+        return {entity_of(eid): {key: cell[0] for key, cell in cells.items()} for eid, cells in self._quotas.items()}
 
     def client_quota(self, entity: EntityKey | Mapping[str, str | None]) -> dict[str, float]:
         """The quotas set on exactly this entity (empty if none)."""
         key = entity if isinstance(entity, tuple) else entity_key(entity)
-        return dict(self._quotas.get(entity_id(key), {}))
+        return {quota_key: cell[0] for quota_key, cell in self._quotas.get(entity_id(key), {}).items()}
 
     def client_metrics(self) -> dict[str, dict[str, str]]:
         """Every client-metrics resource with its configs as set (copies)."""
@@ -177,15 +195,15 @@ class ConfigImage:
         """The event that set the live value under ``key`` (see :data:`ConfigKey`), or None."""
         if key and key[0] == QUOTA:
             _, entity, quota_key = key
-            found = self._quota_provenance.get(entity_id(entity), {}).get(quota_key)
-        else:
-            found = self._other_provenance.get(key)
+            cell = self._quotas.get(entity_id(entity), {}).get(quota_key)
+            return None if cell is None else Provenance(*cell[1:])
+        found = self._other_provenance.get(key)
         return None if found is None else Provenance(*found)
 
     def applied_request(self, request_id: str) -> tuple[int, int] | None:
         """The (first, last) offsets of a remembered request's events, or None."""
-        found = self._applied_requests.get(request_id)
-        return None if found is None else (found[0], found[1])
+        span = self._applied_requests.get(request_id)
+        return None if span is None else _first_last(span)
 
     def __len__(self) -> int:
         """The number of live config keys (what a snapshot holds)."""
@@ -200,7 +218,6 @@ class ConfigImage:
             self.end_offset == other.end_offset
             and self.last_commit_time_ms == other.last_commit_time_ms
             and self._quotas == other._quotas
-            and self._quota_provenance == other._quota_provenance
             and self._client_metrics == other._client_metrics
             and self._configs == other._configs
             and self._other_provenance == other._other_provenance
@@ -220,12 +237,11 @@ class ConfigImage:
         image.end_offset = self.end_offset
         image.last_commit_time_ms = self.last_commit_time_ms
         image._quotas = {k: dict(v) for k, v in self._quotas.items()}
-        image._quota_provenance = {k: dict(v) for k, v in self._quota_provenance.items()}
         image._client_metrics = {k: dict(v) for k, v in self._client_metrics.items()}
         image._configs = {k: dict(v) for k, v in self._configs.items()}
         image._other_provenance = dict(self._other_provenance)
         self._trim_requests(force=True)
-        image._applied_requests = {k: list(v) for k, v in self._applied_requests.items()}
+        image._applied_requests = dict(self._applied_requests)
         return image
 
     # --- applying one event (the delta path) -----------------------------------------------------------
@@ -269,22 +285,18 @@ class ConfigImage:
     def _set_quota(
         self, eid: str, key: str, value: float | None, provenance: tuple[int, int, str, str]
     ) -> float | None:
-        values = self._quotas.get(eid)
-        old = None if values is None else values.get(key)
+        cells = self._quotas.get(eid)
+        old = None if cells is None else cells.get(key)
         if value is None:
             if old is not None:
-                del values[key]  # type: ignore[index]
-                del self._quota_provenance[eid][key]
-                if not values:
+                del cells[key]  # type: ignore[union-attr]
+                if not cells:
                     del self._quotas[eid]
-                    del self._quota_provenance[eid]
-        elif values is None:
-            self._quotas[eid] = {key: value}
-            self._quota_provenance[eid] = {key: provenance}
+        elif cells is None:
+            self._quotas[eid] = {key: (value, *provenance)}
         else:
-            values[key] = value
-            self._quota_provenance[eid][key] = provenance
-        return old
+            cells[key] = (value, *provenance)
+        return None if old is None else old[0]
 
     def _apply_client_metrics(
         self, record: pb.ClientMetricsRecord, provenance: tuple[int, int, str, str]
@@ -338,10 +350,10 @@ class ConfigImage:
         if request_id:
             span = self._applied_requests.get(request_id)
             if span is None:
-                self._applied_requests[request_id] = [offset, offset]
+                self._applied_requests[request_id] = offset
                 self._trim_requests()
-            else:
-                span[1] = offset
+            else:  # a new value keeps the key's place
+                self._applied_requests[request_id] = _span(_first_last(span)[0], offset)
 
     def _trim_requests(self, *, force: bool = False) -> None:
         """Forget the oldest request ids beyond the limit; done in bulk once the dict holds twice as many
@@ -349,8 +361,7 @@ class ConfigImage:
         requests = self._applied_requests
         limit = self._max_applied_requests
         if len(requests) > (limit if force else 2 * limit + 1024):
-            keep = list(requests.items())[len(requests) - limit :] if limit else []
-            self._applied_requests = dict(keep)
+            self._applied_requests = dict(islice(requests.items(), len(requests) - limit, None)) if limit else {}
 
     # --- applying a batch (the replay path) ------------------------------------------------------------
     def replay_columns(self, base_offset: int, columns: pb.EventColumns) -> int:
@@ -371,17 +382,21 @@ class ConfigImage:
         return self.end_offset
 
     def _replay(self, offsets: list[int] | range, kinds: list[int], columns: pb.EventColumns, skip: int) -> None:
-        """Apply events ``skip..`` of a batch: one pass over plain lists for the records, one for request ids."""
-        times = list(columns.commit_time_ms)
-        principals = list(columns.principal)
-        request_ids = list(columns.request_id)
-        quota_columns = (
-            list(columns.quota_entity),
-            list(columns.quota_key),
-            list(columns.quota_value),
+        """Apply events ``skip..`` of a batch: one pass over the columns for the records, one for request ids.
+
+        A column read once is zipped as the protobuf container itself (no list in between); the request
+        ids are read twice (the records' provenance, the request window), so they become a list.
+        """
+        times: Sequence[int] = columns.commit_time_ms
+        principals: Sequence[str] = columns.principal
+        request_ids: Sequence[str] = list(columns.request_id)
+        quota_columns: tuple[Sequence, Sequence, Sequence, Sequence] = (
+            columns.quota_entity,
+            columns.quota_key,
+            columns.quota_value,
             list(columns.quota_remove),
         )
-        if skip:
+        if skip:  # slices of the containers are lists
             q = kinds[:skip].count(KIND_CLIENT_QUOTA)
             quota_columns = tuple(column[q:] for column in quota_columns)  # type: ignore[assignment]
             metrics_start = kinds[:skip].count(KIND_CLIENT_METRICS)
@@ -391,7 +406,7 @@ class ConfigImage:
         else:
             metrics_start = config_start = 0
         if kinds.count(KIND_CLIENT_QUOTA) == len(kinds):  # the common batch: client quotas only
-            self._replay_quotas(zip(*quota_columns, offsets, times, principals, request_ids, strict=True))
+            self._replay_quotas(*quota_columns, offsets, times, principals, request_ids)
         else:
             self._replay_mixed(
                 offsets, kinds, times, principals, request_ids, quota_columns, columns, metrics_start, config_start
@@ -399,21 +414,45 @@ class ConfigImage:
         self._remember_requests(offsets, request_ids)
         self.last_commit_time_ms = times[-1]
 
-    def _replay_quotas(self, rows: Iterable[tuple[str, str, float, bool, int, int, str, str]]) -> None:
+    def _replay_quotas(
+        self,
+        eids: Sequence[str],
+        keys: Sequence[str],
+        values: Sequence[float],
+        removes: list[bool],
+        offsets: Sequence[int],
+        times: Sequence[int],
+        principals: Sequence[str],
+        request_ids: Sequence[str],
+    ) -> None:
+        """Apply client-quota rows; a batch without removals is one lookup and one store per event."""
+        cells = zip(values, offsets, times, principals, request_ids, strict=True)
+        if True in removes:
+            for eid, key, remove, cell in zip(eids, keys, removes, cells, strict=True):
+                self._replay_quota(eid, key, remove, cell)
+            return
         quotas = self._quotas
-        quota_provenance = self._quota_provenance
-        for eid, key, value, remove, offset, time_ms, principal, request_id in rows:
-            values = quotas.get(eid)
-            if remove:
-                if values is not None and key in values:
-                    self._set_quota(eid, key, None, (offset, time_ms, principal, request_id))
-            elif values is None:
+        rows = zip(eids, keys, cells, strict=True)
+        while True:
+            try:
+                for eid, key, cell in rows:
+                    quotas[eid][key] = cell  # the common row: an entity that has quotas already
+                return
+            except KeyError:  # only ``quotas[eid]`` raises it: a new entity (eid, key, cell: that row)
                 entity_of(eid)  # a non-canonical id is corruption: fail here, not on first use
-                quotas[eid] = {key: value}
-                quota_provenance[eid] = {key: (offset, time_ms, principal, request_id)}
-            else:
-                values[key] = value
-                quota_provenance[eid][key] = (offset, time_ms, principal, request_id)
+                quotas[eid] = {key: cell}
+
+    def _replay_quota(self, eid: str, key: str, remove: bool, cell: QuotaCell) -> None:
+        """One client-quota row (``cell`` = value and provenance), as ``apply`` would."""
+        held = self._quotas.get(eid)
+        if remove:
+            if held is not None and key in held:
+                self._set_quota(eid, key, None, cell[1:])
+        elif held is None:
+            entity_of(eid)
+            self._quotas[eid] = {key: cell}
+        else:
+            held[key] = cell
 
     def _replay_mixed(
         self,
@@ -433,7 +472,7 @@ class ConfigImage:
         ):
             if kind == KIND_CLIENT_QUOTA:
                 eid, key, value, remove = next(quota_rows)
-                self._replay_quotas([(eid, key, value, remove, offset, time_ms, principal, request_id)])
+                self._replay_quota(eid, key, remove, (value, offset, time_ms, principal, request_id))
             elif kind == KIND_CLIENT_METRICS:
                 provenance = (offset, time_ms, principal, request_id)
                 self._apply_client_metrics(columns.client_metrics[metrics_index], provenance)
@@ -446,24 +485,38 @@ class ConfigImage:
                 raise CorruptEventError(f"the event at offset {offset} has an unknown record kind {kind}")
 
     def _remember_requests(self, offsets: Sequence[int], request_ids: Sequence[str]) -> None:
-        """Record each request's (first, last) offsets: one dict lookup per run of equal request ids."""
+        """Record each request's (first, last) offsets, as ``_remember_request`` per event would, then trim.
+
+        The common batch brings only request ids the window does not hold (each admin request has its
+        own, its events contiguous): one ``dict.update`` in C, then a fix-up when an id repeats in the
+        batch (the update kept its last offset as the first too) or is empty (no request). A batch
+        that continues a remembered request takes the loop, one dict lookup per run of equal ids.
+        """
         requests = self._applied_requests
-        previous: str | None = None
-        span: list[int] | None = None
-        last_offset = -1
-        for offset, request_id in zip(offsets, request_ids, strict=True):
-            if request_id != previous:
-                if span is not None:
-                    span[1] = last_offset
-                span = None
-                if request_id:
-                    span = requests.get(request_id)
-                    if span is None:
-                        span = requests[request_id] = [offset, offset]
-                previous = request_id
-            last_offset = offset
-        if span is not None:
-            span[1] = last_offset
+        if requests.keys().isdisjoint(request_ids):
+            before = len(requests)
+            requests.update(zip(request_ids, offsets, strict=True))  # each id's last offset, in first-appearance order
+            if len(requests) - before != len(request_ids) or "" in requests:
+                requests.pop("", None)
+                firsts = dict(zip(reversed(request_ids), reversed(offsets), strict=True))  # each id's first offset
+                firsts.pop("", None)
+                for request_id, first in firsts.items():
+                    last = requests[request_id]
+                    if first != last:
+                        requests[request_id] = (first, last)
+        else:
+            previous = ""
+            first = last = -1
+            for offset, request_id in zip(offsets, request_ids, strict=True):
+                if request_id != previous:
+                    if previous:
+                        span = requests.get(previous)
+                        requests[previous] = _span(first if span is None else _first_last(span)[0], last)
+                    previous, first = request_id, offset
+                last = offset
+            if previous:
+                span = requests.get(previous)
+                requests[previous] = _span(first if span is None else _first_last(span)[0], last)
         self._trim_requests()
 
     # --- snapshots -------------------------------------------------------------------------------
@@ -474,8 +527,8 @@ class ConfigImage:
             end_offset=self.end_offset,
             last_commit_time_ms=self.last_commit_time_ms,
             applied_requests=[
-                pb.AppliedRequest(request_id=rid, first_offset=span[0], last_offset=span[1])
-                for rid, span in self._applied_requests.items()
+                pb.AppliedRequest(request_id=rid, first_offset=first, last_offset=last)
+                for rid, (first, last) in ((rid, _first_last(span)) for rid, span in self._applied_requests.items())
             ],
             entry_count=len(self),
         )
@@ -488,11 +541,10 @@ class ConfigImage:
         commit time, principal and request id.
         """
         entries: list[tuple[int, pb.Event]] = []
-        for eid, keys in self._quota_provenance.items():
+        for eid, cells in self._quotas.items():
             entity = entity_of(eid)
-            values = self._quotas[eid]
-            for key, (offset, *envelope) in keys.items():
-                entries.append((offset, _stamped(client_quota_event(entity, key, values[key]), *envelope)))
+            for key, (value, offset, *envelope) in cells.items():
+                entries.append((offset, _stamped(client_quota_event(entity, key, value), *envelope)))
         for ckey, (offset, *envelope) in self._other_provenance.items():
             if ckey[0] == CLIENT_METRICS:
                 event = client_metrics_event(ckey[1], self._client_metrics[ckey[1]])
@@ -543,7 +595,7 @@ class ConfigImage:
         """Start the request window from a snapshot header's (oldest first), as far as this image keeps."""
         limit = self._max_applied_requests
         self._applied_requests = {
-            r.request_id: [r.first_offset, r.last_offset] for r in (applied_requests[-limit:] if limit else ())
+            r.request_id: _span(r.first_offset, r.last_offset) for r in (applied_requests[-limit:] if limit else ())
         }
 
     @classmethod

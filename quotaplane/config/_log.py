@@ -6,13 +6,23 @@ files ``%020d.log`` (named by the base offset of their first frame), each a conc
 
 **Durability.** ``append`` returns only after the frame holding its events is written and fsynced
 (``os.fdatasync``; a new segment's directory entry is fsynced when the segment is created).
-Concurrent appends share one frame, one write and one fsync (group commit): the first appender to
+Concurrent appends share one frame, one write and one fsync (group commit): the first waiter to
 find no write in progress becomes the leader, takes every pending append (in arrival order, each
-caller's events contiguous), writes one frame, fsyncs, and wakes every waiter with its own last
-offset; appends arriving meanwhile queue for the next round. If a write or fsync fails, nothing of
-that round is acknowledged and the log refuses every later append (``EventLogFailedError``): after a
-failed fsync Linux may drop the dirty pages and report success the next time, so the only safe next
-step is to reopen, which re-reads what is really on disk.
+caller's events contiguous), writes one frame, fsyncs, wakes the waiters of that round and hands
+the lead to the first waiter still queued; appends arriving meanwhile queue for the next round.
+Each waiter sleeps on its own lock, so a round wakes only its own waiters and the next leader, not
+every queued thread. If a write or fsync fails, nothing of that round is acknowledged and the log
+refuses every later append (``EventLogFailedError``): after a failed fsync Linux may drop the dirty
+pages and report success the next time, so the only safe next step is to reopen, which re-reads
+what is really on disk.
+
+**Pipelining.** ``submit`` queues an append and returns at once with its offsets (``PendingAppend``):
+they are assigned in queue order, which is the order on disk. ``PendingAppend.wait`` is the
+acknowledgement: it returns once the frame is fsynced (leading a round itself if no one is writing).
+A writer that must answer each change only when durable, yet decide the next change before then
+(Kafka's controller applies a record to its in-memory state at once and answers when it commits),
+submits under its own lock and waits outside it, so concurrent changes share one fsync. ``append``
+is ``submit(...).wait()``.
 
 **One writer.** ``open`` takes an exclusive ``flock`` on ``<directory>/.lock`` (the holder's pid is
 written in it), released by ``close`` or by the process's death, even by ``kill -9``.
@@ -31,6 +41,7 @@ before it* (the running maximum), so it never decreases along the log whatever c
 
 from __future__ import annotations
 
+import _thread
 import bisect
 import contextlib
 import fcntl
@@ -58,7 +69,7 @@ from ._log_errors import (
 )
 from ._segments import Segment, SegmentView, recover, segment_name
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "LOCK_FILE", "MAX_FRAME_BYTES", "EventLog"]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "LOCK_FILE", "MAX_FRAME_BYTES", "EventLog", "PendingAppend"]
 
 _log = logging.getLogger("quotaplane.config")
 
@@ -76,18 +87,61 @@ def _sync_data(fd: int) -> None:
     (getattr(os, "fdatasync", None) or os.fsync)(fd)
 
 
-class _Append:
-    """One caller's append waiting for a round: its serialized events and, when done, its result."""
+class PendingAppend:
+    """An append queued for group commit (``EventLog.submit``): offsets at once, durability at ``wait``.
 
-    __slots__ = ("count", "done", "error", "last_offset", "max_time", "payload")
+    ``first_offset`` / ``last_offset`` are the offsets the events will have; nothing is acknowledged
+    until ``wait`` returns. A pending append is written by the next round any waiter of the log leads.
+    """
 
-    def __init__(self, payload: bytes, count: int, max_time: int) -> None:
+    __slots__ = (
+        "_log",
+        "_sleepers",
+        "count",
+        "done",
+        "error",
+        "first_offset",
+        "last_offset",
+        "max_time",
+        "payload",
+    )
+
+    def __init__(self, log: EventLog, payload: bytes, count: int, max_time: int) -> None:
+        self._log = log
         self.payload = payload
         self.count = count
         self.max_time = max_time
+        self.first_offset = -1
         self.last_offset = -1
         self.error: BaseException | None = None
-        self.done = False
+        self.done = False  # written and fsynced, or failed (``error``)
+        # one held lock per thread sleeping in ``wait``, released to wake it (under the log's lock)
+        self._sleepers: list[_thread.LockType] = []
+
+    def wait(self) -> int:
+        """Block until the events are written and fsynced; the last offset. Raises the round's error
+        (``EventLogFailedError``, ``EventLogClosedError``)."""
+        if not self.done:
+            self._log._wait(self)
+        if self.error is not None:
+            raise self.error
+        return self.last_offset
+
+    @property
+    def durable(self) -> bool:
+        """True once ``wait`` would return without blocking or raising."""
+        return self.done and self.error is None
+
+    def __repr__(self) -> str:
+        state = "failed" if self.error is not None else "durable" if self.done else "pending"
+        return f"PendingAppend([{self.first_offset}, {self.last_offset}], {state})"
+
+
+def _wake(request: PendingAppend) -> None:
+    """Wake the threads sleeping on ``request`` (the log's lock held)."""
+    for sleeper in request._sleepers:
+        sleeper.release()
+    request._sleepers.clear()
 
 
 # --- the log -------------------------------------------------------------------------------------------
@@ -103,8 +157,9 @@ class EventLog:
         self._cond = threading.Condition(threading.Lock())
         self._segments: list[Segment] = []
         self._end_offset = 0
+        self._next_offset = 0  # the end offset once every queued append is written (submit assigns from it)
         self._max_commit_time = 0  # running maximum of commit times (frame headers carry it)
-        self._queue: list[_Append] = []
+        self._queue: list[PendingAppend] = []
         self._leading = False
         self._closed = False
         self._failure: OSError | None = None
@@ -188,7 +243,7 @@ class EventLog:
         """Index every segment, verifying each frame; cut (or, read-only, stop at) a torn tail (``_segments``)."""
         recovered = recover(self._directory, read_only=self._read_only, fsync=self._fsync)
         self._segments = recovered.segments
-        self._end_offset = recovered.end_offset
+        self._end_offset = self._next_offset = recovered.end_offset
         self._max_commit_time = recovered.max_commit_time_ms
 
     def _open_active_segment(self) -> None:
@@ -204,6 +259,15 @@ class EventLog:
         ``EventLogClosedError``, ``EventLogFailedError`` (this or an earlier round failed to write),
         or ``EventLogError`` on a read-only log.
         """
+        return self.submit(events).wait()
+
+    def submit(self, events: Sequence[pb.Event]) -> PendingAppend:
+        """Queue ``events`` for the next group commit and return at once; ``wait()`` on the result is the
+        acknowledgement (durable on return). Offsets are assigned now, in submission order.
+
+        Raises as ``append`` does for bad events and for a log that takes no appends; a write that
+        fails later is raised by ``wait``.
+        """
         if not all(isinstance(event, pb.Event) for event in events):
             raise TypeError("append() takes a sequence of quotaplane.v1.Event messages")
         count = len(events)
@@ -213,21 +277,33 @@ class EventLog:
         payload = encode_events(events)
         if len(payload) > MAX_FRAME_BYTES:
             raise ValueError(f"append of {len(payload)} serialized bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
-        request = _Append(payload, count, max(e.commit_time_ms for e in events))
-        round_: list[_Append] | None = None
+        request = PendingAppend(self, payload, count, max(e.commit_time_ms for e in events))
         with self._cond:
             self._check_writable()
+            request.first_offset = self._next_offset
+            self._next_offset += count
+            request.last_offset = self._next_offset - 1
             self._queue.append(request)
-            while not request.done:
-                if not self._leading:
+        return request
+
+    def _wait(self, request: PendingAppend) -> None:
+        """Until ``request`` is done: lead a round when no one is writing, else sleep until woken (by the
+        round that wrote it, or to lead the next one)."""
+        while True:
+            with self._cond:
+                if request.done:
+                    return
+                if self._leading:
+                    sleeper = _thread.allocate_lock()
+                    sleeper.acquire()
+                    request._sleepers.append(sleeper)
+                    round_ = None
+                else:
                     round_ = self._take_round()
-                    break
-                self._cond.wait()
-        if round_ is not None:
-            self._lead(round_)
-        if request.error is not None:
-            raise request.error
-        return request.last_offset
+            if round_ is None:
+                sleeper.acquire()  # released by _wake
+            elif round_:
+                self._lead(round_)
 
     def _check_writable(self) -> None:
         if self._read_only:
@@ -245,8 +321,9 @@ class EventLog:
         error.__cause__ = self._failure
         return error
 
-    def _take_round(self) -> list[_Append] | None:
-        """Become the leader (lock held): take pending appends up to ``MAX_FRAME_BYTES``, in arrival order."""
+    def _take_round(self) -> list[PendingAppend]:
+        """Become the leader (lock held): take pending appends up to ``MAX_FRAME_BYTES``, in arrival order.
+        On a failed or closed log, fail every queued append instead and return no round."""
         if self._failure is not None or self._closed:
             for request in self._queue:
                 request.error = (
@@ -255,9 +332,9 @@ class EventLog:
                     else EventLogClosedError(f"{self._directory}: the event log is closed")
                 )
                 request.done = True
+                _wake(request)
             self._queue.clear()
-            self._cond.notify_all()
-            return None
+            return []
         size = 0
         n = 0
         for request in self._queue:
@@ -270,15 +347,16 @@ class EventLog:
         self._leading = True
         return round_
 
-    def _lead(self, round_: list[_Append]) -> None:
-        """Write and fsync one frame for the round (lock released), then publish it and wake the waiters."""
+    def _lead(self, round_: list[PendingAppend]) -> None:
+        """Write and fsync one frame for the round (lock released), then publish it, wake the round's
+        waiters and hand the lead to the first waiter still queued."""
         base = self._end_offset  # only the leader moves it, and there is one leader at a time
         count = 0
         max_time = self._max_commit_time
         for request in round_:
             count += request.count
-            request.last_offset = base + count - 1
             max_time = max(max_time, request.max_time)
+        assert round_[0].first_offset == base and round_[-1].last_offset == base + count - 1
         failure: BaseException | None = None
         written: tuple[Segment, int, int] | None = None
         try:
@@ -317,7 +395,12 @@ class EventLog:
                 if written is None:
                     request.error = self._failed_error()
                 request.done = True
-            self._cond.notify_all()
+                _wake(request)
+            for request in self._queue:
+                if request._sleepers:
+                    _wake(request)  # the next leader
+                    break
+            self._cond.notify_all()  # a close() waiting for this round
         if failure is not None and not isinstance(failure, Exception):
             raise failure  # KeyboardInterrupt, SystemExit: the waiters were failed, the leader's thread stops
 
@@ -545,8 +628,8 @@ class EventLog:
             for request in self._queue:
                 request.error = EventLogClosedError(f"{self._directory}: the event log was closed")
                 request.done = True
+                _wake(request)
             self._queue.clear()
-            self._cond.notify_all()
             self._release()
 
     def _release(self) -> None:
