@@ -9,6 +9,7 @@
 """
 
 from ._config import DEFAULT_NUM_SAMPLES, LONG_MAX_VALUE, MetricConfig, Quota, RecordingLevel, TimeUnit
+from ._rate import Rate, SimpleRate
 from ._registry import KafkaMetric, MetricName, Metrics, MetricsReporter
 from ._sensor import QuotaViolationError, Sensor
 from ._stats import (
@@ -18,9 +19,7 @@ from ._stats import (
     Max,
     MeasurableStat,
     Min,
-    Rate,
     SampledStat,
-    SimpleRate,
     TokenBucket,
     Value,
     WindowedCount,

@@ -1,16 +1,17 @@
-"""Kafka's measurable stats: sampled (WindowedSum, WindowedCount, Avg, Max, Min), Rate, TokenBucket,
-and the unsampled Value, CumulativeSum and CumulativeCount.
+"""Kafka's measurable stats: sampled (WindowedSum, WindowedCount, Avg, Max, Min), TokenBucket, and the
+unsampled Value, CumulativeSum and CumulativeCount (``Rate`` and ``SimpleRate`` are in ``_rate``).
 
 Every stat takes its ``MetricConfig`` and the time with each call (Kafka's ``record(config, value,
 timeMs)`` and ``measure(config, now)``), so a quota change swaps the config and keeps the samples.
 
 Samples are kept as parallel lists (start, last event, value, count) rather than one object per
-sample: the quota hot path then measures with a few C-level calls (``min``, ``index``, a left-to-right
-float ``reduce``) and gives bit-for-bit the sums Java computes.
+sample: the quota hot path then measures with a few C-level calls (``min``, a left-to-right float
+sum) and gives bit-for-bit the sums Java computes.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from functools import reduce
@@ -25,9 +26,7 @@ __all__ = [
     "Max",
     "MeasurableStat",
     "Min",
-    "Rate",
     "SampledStat",
-    "SimpleRate",
     "TokenBucket",
     "Value",
     "WindowedCount",
@@ -36,6 +35,10 @@ __all__ = [
 
 _add = operator.add
 _SECONDS = TimeUnit.SECONDS  # module constant: Enum attribute lookups are slow on the hot path
+
+#: Every structural change of any sampled stat takes the next number: equal epochs mean "same stat, same
+#: sample starts, same current sample" (a number is never reused, even by another stat).
+_epochs = itertools.count()
 
 
 @runtime_checkable
@@ -64,7 +67,17 @@ class SampledStat(_QuotaCheck):
     ``now``) only when its *last event* is ``samples * time_window_ms`` old or more.
     """
 
-    __slots__ = ("_counts", "_current", "_initial_value", "_lasts", "_starts", "_values")
+    __slots__ = (
+        "_counts",
+        "_current",
+        "_epoch",
+        "_initial_value",
+        "_lasts",
+        "_oldest_start",
+        "_others_last",
+        "_starts",
+        "_values",
+    )
 
     #: How a recorded value folds into the current sample's value (a builtin, so it costs no frame).
     _fold = staticmethod(_add)
@@ -76,6 +89,7 @@ class SampledStat(_QuotaCheck):
         self._lasts: list[int] = []
         self._values: list[float] = []
         self._counts: list[int] = []
+        self._restructured()
 
     # --- recording -------------------------------------------------------------------------------
     def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
@@ -104,12 +118,27 @@ class SampledStat(_QuotaCheck):
         self._lasts.append(now_ms)
         self._values.append(self._initial_value)
         self._counts.append(0)
+        self._restructured()
 
     def _reset(self, i: int, now_ms: int) -> None:
         self._starts[i] = now_ms
         self._lasts[i] = now_ms
         self._values[i] = self._initial_value
         self._counts[i] = 0
+        self._restructured()
+
+    def _restructured(self) -> None:
+        """Derive what only a new or reset sample (or a new current sample) can change.
+
+        Between two such changes a recording touches the current sample alone, so the oldest start and
+        the last event of every *other* sample stay what they are here: ``min(lasts)`` is then
+        ``min(_others_last, lasts[current])`` without looking at the other samples again.
+        """
+        self._epoch = next(_epochs)
+        starts, current = self._starts, self._current
+        self._oldest_start = min(starts) if starts else None
+        others = self._lasts[:current] + self._lasts[current + 1 :]
+        self._others_last = min(others) if others else math.inf
 
     # --- measuring -------------------------------------------------------------------------------
     def measure(self, config: MetricConfig, now_ms: int) -> float:
@@ -216,74 +245,6 @@ class Min(SampledStat):
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         return math.nan if sum(self._counts) == 0 else min(self._values, default=math.inf)
-
-
-class Rate(_QuotaCheck):
-    """A sampled total divided by the time it spans (Kafka's ``Rate``).
-
-    The span is padded with whole windows until ``samples - 1`` windows have elapsed, so a first
-    burst is not divided by a few milliseconds::
-
-        elapsed = now - oldest.start
-        if elapsed // W < S - 1:  elapsed += (S - 1 - elapsed // W) * W
-        window_size = max(elapsed, 1)
-
-    With S=11, W=1000: at 0.5 s into the first window the size is 10.5 s; at 1.2 s it is 10.2 s
-    (a sawtooth), from 10 s on it is the true elapsed time.
-    """
-
-    __slots__ = ("stat", "unit")
-
-    def __init__(self, stat: SampledStat | None = None, *, unit: TimeUnit = TimeUnit.SECONDS) -> None:
-        self.stat = stat if stat is not None else WindowedSum()
-        self.unit = unit
-
-    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
-        self.stat.record(config, value, now_ms)
-
-    def measure(self, config: MetricConfig, now_ms: int) -> float:
-        return self.measure_with_window(config, now_ms)[0]
-
-    def measure_with_window(self, config: MetricConfig, now_ms: int) -> tuple[float, int]:
-        """The rate and the padded window (ms) it is divided by, after one purge.
-
-        The window is what ``window_size`` would return at the same ``now_ms`` (a second purge at the
-        same time can reset nothing), so a throttle time can be computed without measuring again.
-        """
-        stat = self.stat
-        stat.purge_obsolete_samples(config, now_ms)
-        total = stat.combine(config, now_ms)
-        window_ms = self._padded_window_ms(config, now_ms)
-        unit = self.unit
-        return total / (window_ms / 1000.0 if unit is _SECONDS else unit.convert(window_ms)), window_ms
-
-    def window_size(self, config: MetricConfig, now_ms: int) -> int:
-        """The span, in ms, that the measured total is divided by (after purging)."""
-        self.stat.purge_obsolete_samples(config, now_ms)
-        return self._padded_window_ms(config, now_ms)
-
-    def _padded_window_ms(self, config: MetricConfig, now_ms: int) -> int:
-        window_ms = config.time_window_ms
-        elapsed = now_ms - self.stat.oldest_start_ms(now_ms)
-        full_windows = elapsed // window_ms
-        min_full_windows = config.samples - 1
-        if full_windows < min_full_windows:
-            elapsed += (min_full_windows - full_windows) * window_ms
-        # at the very start of a window with no prior samples the span is 0: call it 1 ms
-        return max(elapsed, 1)
-
-    def __repr__(self) -> str:
-        return f"Rate(unit={self.unit.name}, stat={self.stat!r})"
-
-
-class SimpleRate(Rate):
-    """A rate over the true elapsed time, but never less than one window (replication quotas)."""
-
-    __slots__ = ()
-
-    def _padded_window_ms(self, config: MetricConfig, now_ms: int) -> int:
-        elapsed = now_ms - self.stat.oldest_start_ms(now_ms)
-        return max(elapsed, config.time_window_ms)
 
 
 class TokenBucket:

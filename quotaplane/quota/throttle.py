@@ -23,6 +23,8 @@ __all__ = [
 #: Java's ``Integer.MAX_VALUE``: the largest throttle_time_ms a Kafka response can carry.
 INT_MAX_VALUE = 2**31 - 1
 
+_floor = math.floor
+
 
 def java_round(x: float) -> int:
     """Java's ``Math.round``: the closest integer, ties toward positive infinity.
@@ -60,7 +62,13 @@ def throttle_time_for(value: float, bound: float, window_size_ms: int) -> int:
         # Java divides by zero to ±Infinity (or NaN at 0/0) and Math.round saturates; a zero
         # connection-rate quota thus throttles for the whole cap, as in Kafka
         return _clamp_int(java_round(math.copysign(math.inf, difference) if difference else math.nan))
-    return _clamp_int(java_round(difference / bound * window_size_ms))
+    x = difference / bound * window_size_ms
+    if x - x != 0.0:  # infinite or NaN
+        return _clamp_int(java_round(x))
+    # java_round and _clamp_int written out: every throttled request of a quota manager passes here
+    floor = _floor(x)
+    ms = floor + 1 if x - floor >= 0.5 else floor
+    return ms if ms < INT_MAX_VALUE else INT_MAX_VALUE
 
 
 def violated_rate_window_size(e: QuotaViolationError, now_ms: int) -> int:
