@@ -3,8 +3,10 @@
 What it measures
     Producer-id checks per second through ``record_and_get_throttle_time_ms`` (one call per check)
     and through ``record_batch(items, now_ms)`` (batches of 100 and 1000 checks sharing one
-    ``now_ms``), on one core, with KIP-936's defaults (11 windows of 3600 s, filters of 10,000 ids at
-    1 % false positives). The owner's ``cleanup(now_ms)`` runs after every 1000 checks on every path.
+    ``now_ms``; and the batches of 1000 again with ``(user, pid, now_ms)`` items, the form the shard
+    gets from the gateway: ``batch_1000_timed_items``), on one core, with KIP-936's defaults (11
+    windows of 3600 s, filters of 10,000 ids at 1 % false positives). The owner's
+    ``cleanup(now_ms)`` runs after every 1000 checks on every path.
 
     Workload (seeded): 2,000 users under a ``<default>`` user quota of 0.05 new ids/s, 2 % of them
     with their own quota. Each user has a Zipf popularity (s = 1) and 1 to 50 long-lived producers;
@@ -25,8 +27,9 @@ Memory
     rate of one filter holding 10,000 ids is measured too (200,000 queries).
 
 Correctness check (not timed)
-    Each batch size must give exactly the throttle times of one-by-one calls made with the batch's
-    ``now_ms``, and every repeat must give the same list; otherwise the script exits with status 1.
+    Each batch size, with two- and three-element items, must give exactly the throttle times of
+    one-by-one calls made with the batch's ``now_ms``, and every repeat must give the same list;
+    otherwise the script exits with status 1.
 
 Output: one JSON object on stdout. Run: ``.venv/bin/python bench/producer_ids.py [--checks N]
 [--users N] [--seed N] [--quick] [--profile]``.
@@ -123,9 +126,15 @@ def new_manager(workload: Workload) -> ProducerIdQuotaManager:
     return manager
 
 
-def batches_of(items: Sequence[Item], times: Sequence[int], size: int) -> list[tuple[list[Item], int]]:
-    """Consecutive batches, each at its last item's time."""
-    return [(list(items[s : s + size]), times[min(s + size, len(items)) - 1]) for s in range(0, len(items), size)]
+def batches_of(
+    items: Sequence[Item], times: Sequence[int], size: int, *, timed_items: bool = False
+) -> list[tuple[list, int]]:
+    """Consecutive batches, each at its last item's time; with ``timed_items`` every item carries that
+    time as ``(user, pid, now_ms)`` (the form the shard receives from the gateway)."""
+    batches = [(list(items[s : s + size]), times[min(s + size, len(items)) - 1]) for s in range(0, len(items), size)]
+    if timed_items:
+        batches = [([(user, pid, now_ms) for user, pid in batch], now_ms) for batch, now_ms in batches]
+    return batches
 
 
 # --- paths ------------------------------------------------------------------------------------------
@@ -166,18 +175,23 @@ class Path:
     run: Callable[[ProducerIdQuotaManager, Sequence[tuple[list[Item], int]]], list[int]]
     best_s: float = math.inf
     throttles: list[int] | None = None
+    timed_items: bool = False
 
 
 def measure(workload: Workload, repeats: int) -> tuple[dict[str, Path], int]:
     w = workload.warmup
     paths = [Path("per_call", max(BATCH_SIZES), per_call)]
     paths += [Path(f"batch_{size}", size, batched) for size in BATCH_SIZES]
+    paths.append(Path(f"batch_{max(BATCH_SIZES)}_timed_items", max(BATCH_SIZES), batched, timed_items=True))
     timed_n = len(workload.items) - w
     for _ in range(repeats):
         for path in paths:
             manager = new_manager(workload)
-            warm = path.run(manager, batches_of(workload.items[:w], workload.times[:w], path.size))
-            timed = batches_of(workload.items[w:], workload.times[w:], path.size)
+            timed_items = path.timed_items
+            warm = path.run(
+                manager, batches_of(workload.items[:w], workload.times[:w], path.size, timed_items=timed_items)
+            )
+            timed = batches_of(workload.items[w:], workload.times[w:], path.size, timed_items=timed_items)
             gc.collect()
             t0 = time.perf_counter()
             result = path.run(manager, timed)
@@ -198,6 +212,9 @@ def check_batches(workload: Workload) -> None:
         got = batched(new_manager(workload), batches)
         if got != expected:
             _fail(f"{workload.name}: record_batch(size={size}) vs one-by-one", expected, got)
+        got = batched(new_manager(workload), batches_of(workload.items, workload.times, size, timed_items=True))
+        if got != expected:
+            _fail(f"{workload.name}: record_batch(size={size}, timed items) vs one-by-one", expected, got)
 
 
 def _fail(what: str, expected: Sequence[int], got: Sequence[int]) -> None:
@@ -337,6 +354,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "checks_timed": n,
             "per_call_checks_per_s": round(n / paths["per_call"].best_s),
             **{f"batch_{size}_checks_per_s": round(n / paths[f"batch_{size}"].best_s) for size in BATCH_SIZES},
+            # the same batches with (user, pid, now_ms) items, as the shard gets them from the gateway
+            f"batch_{max(BATCH_SIZES)}_timed_items_checks_per_s": round(
+                n / paths[f"batch_{max(BATCH_SIZES)}_timed_items"].best_s
+            ),
             "throttled_fraction": round(sum(1 for t in throttles if t > 0) / max(1, len(throttles)), 4),
             "best_seconds": {name: round(p.best_s, 4) for name, p in paths.items()},
         }

@@ -43,18 +43,25 @@ randomized ``hash`` of ``bytes`` is not), so the same ids give the same answers 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from hashlib import blake2b
 
 from rbloom import Bloom
 
-__all__ = ["MAX_PRODUCER_ID", "TimedBloomFilter", "make_id_hasher", "optimal_bits"]
+__all__ = ["MAX_PRODUCER_ID", "TimedBloomFilter", "id_hash_base", "make_id_hasher", "optimal_bits"]
 
 #: Java's ``Long.MAX_VALUE``: the largest producer id (ids are non-negative int64; -1 means "none").
 MAX_PRODUCER_ID = 2**63 - 1
 
 _from_bytes = int.from_bytes
+
+#: ``TimedBloomFilter._live`` when it must be recomputed: every time is at or past its ``until``.
+_STALE: tuple[float, None, None, int] = (-math.inf, None, None, 0)
+
+#: Numbers for the Bloom filters made, in every TimedBloomFilter of the process: never reused.
+_serials = itertools.count(1)
 
 
 def optimal_bits(expected_items: int, false_positive_rate: float) -> float:
@@ -71,14 +78,21 @@ def _filter_bits(expected_items: int, false_positive_rate: float) -> int:
     return Bloom(expected_items, false_positive_rate).size_in_bits
 
 
+def id_hash_base(hash_key: bytes | None = None) -> blake2b:
+    """The prepared BLAKE2b object ids are hashed from: ``digest_size=8``, keyed with ``hash_key`` if given.
+
+    A loop that hashes many ids inlines ``make_id_hasher``'s body with this object's ``copy``.
+    """
+    return blake2b(digest_size=8, key=hash_key) if hash_key else blake2b(digest_size=8)
+
+
 def make_id_hasher(hash_key: bytes | None = None) -> Callable[[int], int]:
     """The function mapping a producer id to its stable 64-bit BLAKE2b digest, as an int (what rbloom hashes).
 
     ``digest_size=8`` BLAKE2b of the id's 8 little-endian bytes, keyed with ``hash_key`` if given. A
     prepared hash object is copied per id, which gives the same digest as a new one and is faster.
     """
-    base = blake2b(digest_size=8, key=hash_key) if hash_key else blake2b(digest_size=8)
-    copy = base.copy
+    copy = id_hash_base(hash_key).copy
 
     def hash_id(producer_id: int) -> int:
         h = copy()
@@ -133,9 +147,11 @@ class TimedBloomFilter:
 
     __slots__ = (
         "_current",
+        "_current_serial",
         "_current_start_ms",
         "_hash",
         "_lifetime_ms",
+        "_live",
         "_previous",
         "_previous_start_ms",
         "expected_items",
@@ -163,8 +179,12 @@ class TimedBloomFilter:
         self._hash = _hash_id if not hash_key else make_id_hasher(hash_key)
         self._current: Bloom | None = None
         self._current_start_ms = 0
+        #: the number ``_serials`` gave the current Bloom filter when it was made (0: none yet)
+        self._current_serial = 0
         self._previous: Bloom | None = None
         self._previous_start_ms = 0
+        #: ``_live_view``'s answer, for the batch path; reset to ``_STALE`` when a filter is made or dropped
+        self._live: tuple[float, Bloom | None, Bloom | None, int] = _STALE
 
     # --- the lifecycle -----------------------------------------------------------------------------
     def add(self, producer_id: int, now_ms: int) -> bool:
@@ -181,26 +201,52 @@ class TimedBloomFilter:
         start = self._current_start_ms
         if current is None or now_ms - start >= self._lifetime_ms:
             # step 1: the first id (or the first after every filter expired) creates a filter
+            self._live = _STALE
             self._previous = None
             self._current = current = Bloom(self.expected_items, self.false_positive_rate)
+            self._current_serial = next(_serials)
             self._current_start_ms = now_ms
             current.add(key)
             return True
         if now_ms - start >= self.window_ms:
             # step 2: a window after its start, a newer filter takes the ids; the older stays readable.
             # The one before (start - W) expired at start + 0.5 W, before now.
+            self._live = _STALE
             previous = self._previous = current
             self._previous_start_ms = start
             self._current = current = Bloom(self.expected_items, self.false_positive_rate)
+            self._current_serial = next(_serials)
             self._current_start_ms = start + self.window_ms
         else:
             previous = self._previous
             if previous is not None and now_ms - self._previous_start_ms >= self._lifetime_ms:
+                self._live = _STALE
                 previous = self._previous = None  # step 3: the older filter is dropped at 1.5 W
         if key in current:
             return False
         current.add(key)
         return not (previous is not None and key in previous)
+
+    def _live_view(self) -> tuple[int, Bloom, Bloom | None, int]:
+        """``(until, current, previous, serial)`` right after ``_add_key(key, t)``; kept in ``_live``.
+
+        The batch path hands an item whose time reaches ``until`` to ``_add_key`` and then calls this;
+        for the next items (times ``t < until``) it reads and adds to the two filters directly. That
+        is exact: for ``t < until``, ``_add_key(key, t)`` moves no filter (``t`` is within the current
+        filter's window and, if there is an older filter, before it expires), so it is ``key in
+        current``, ``current.add(key)``, ``key in previous``. Any other change resets ``_live``.
+        ``serial`` is the current filter's number, never given to another filter: a key once found in
+        or added to the filter numbered ``serial`` is in it for good (a Bloom filter only gains bits).
+        """
+        current = self._current
+        if current is None:
+            raise AssertionError("_live_view is only called right after _add_key")
+        until = self._current_start_ms + self.window_ms
+        previous = self._previous
+        if previous is not None:
+            until = min(until, self._previous_start_ms + self._lifetime_ms)
+        live = self._live = (until, current, previous, self._current_serial)
+        return live
 
     def contains(self, producer_id: int, now_ms: int) -> bool:
         """Whether ``producer_id`` is in a filter alive at ``now_ms`` (false positives possible); no change."""
@@ -221,8 +267,10 @@ class TimedBloomFilter:
         """Drop the filters expired at ``now_ms`` (frees their memory); the number still alive."""
         check_now_ms(now_ms)
         if self._previous is not None and now_ms - self._previous_start_ms >= self._lifetime_ms:
+            self._live = _STALE
             self._previous = None
         if self._current is not None and now_ms - self._current_start_ms >= self._lifetime_ms:
+            self._live = _STALE
             self._current = None
             self._previous = None
         return (self._current is not None) + (self._previous is not None)

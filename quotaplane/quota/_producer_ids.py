@@ -33,15 +33,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-from ..metrics import Avg, KafkaMetric, MetricConfig, Metrics, Quota, QuotaViolationError, Rate, Sensor, TokenBucket
+from ..metrics import (
+    Avg,
+    KafkaMetric,
+    MetricConfig,
+    Metrics,
+    Quota,
+    QuotaViolationError,
+    Rate,
+    Sensor,
+    TimeUnit,
+    TokenBucket,
+)
 from ._bloom import (
-    MAX_PRODUCER_ID,
     TimedBloomFilter,
     check_filter_shape,
     check_hash_key,
     check_now_ms,
     check_producer_id,
+    id_hash_base,
 )
+from ._producer_id_items import batch_columns, check_user
 from ._types import DEFAULT, ClientQuotaEntity, sanitize
 from .throttle import token_bucket_throttle_time
 
@@ -61,6 +73,10 @@ USER_TAG = "user"
 
 #: A bucket this close to its burst (in tokens, i.e. ids) counts as full: float rounding, not usage.
 _FULL_TOLERANCE = 1e-9
+
+#: Ids ``record_batch`` remembers as held by a user's current Bloom filter (``ProducerIdQuotaManager._seen``);
+#: emptied when full. About 70 bytes an entry, so at most ~4.5 MB per manager.
+_SEEN_CACHE_SIZE = 1 << 16
 
 #: One item of a batch: (user, producer id) or (user, producer id, now_ms).
 ProducerIdItem = tuple[str, int] | tuple[str, int, int]
@@ -141,25 +157,6 @@ class ProducerIdQuotaManagerConfig:
         return {name: values[field_name] for name, field_name in self.PROPERTY_NAMES.items()}
 
 
-def _check_user(user: object) -> str:
-    if not isinstance(user, str):
-        raise ValueError(f"user must be a string (the principal name), got {type(user).__name__}")
-    return user
-
-
-def _raise_bad_item(index: int, item: object) -> None:
-    try:
-        if not isinstance(item, tuple) or len(item) not in (2, 3):
-            raise ValueError("expected a tuple (user, producer_id[, now_ms])")
-        _check_user(item[0])
-        check_producer_id(item[1])
-        if len(item) == 3:
-            check_now_ms(item[2])
-    except ValueError as exc:
-        raise ValueError(f"producer-id item {index}: {exc}") from None
-    raise AssertionError(f"item {index} failed the fast check but passed the full one: {item!r}")
-
-
 def _check_bound(bound: object) -> float | None:
     if bound is None:
         return None
@@ -184,9 +181,13 @@ def _check_entity(entity: object) -> str | object:
 class _UserState:
     """One user's filter and sensors."""
 
-    __slots__ = ("filter", "quota_sensor", "rate", "throttle_sensor", "tokens")
+    __slots__ = ("bound", "filter", "quota_sensor", "rate", "throttle_sensor", "tokens")
 
-    def __init__(self, filter_: TimedBloomFilter, quota_sensor: Sensor, rate: Rate, tokens: KafkaMetric) -> None:
+    def __init__(
+        self, bound: float | None, filter_: TimedBloomFilter, quota_sensor: Sensor, rate: Rate, tokens: KafkaMetric
+    ) -> None:
+        #: the quota that applies to the user now (its own, else the default user's, else None)
+        self.bound = bound
         self.filter = filter_
         self.quota_sensor = quota_sensor
         self.rate = rate
@@ -216,6 +217,10 @@ class ProducerIdQuotaManager:
         self._sequence = 0
         self._bucket_configs: dict[float | None, MetricConfig] = {}
         self._sensor_config = MetricConfig(samples=self.config.num_quota_samples, time_window_ms=self.config.window_ms)
+        #: the filters' hash of ids (``make_id_hasher``'s, as each user's TimedBloomFilter has it), inlined
+        self._id_hash_copy = id_hash_base(self.config.hash_key).copy
+        #: id -> serial of a Bloom filter (``TimedBloomFilter._live_view``) known to hold the id's key
+        self._seen: dict[int, int] = {}
 
     # --- recording ---------------------------------------------------------------------------------
     def record_and_get_throttle_time_ms(self, user: str, producer_id: int, now_ms: int) -> int:
@@ -225,7 +230,7 @@ class ProducerIdQuotaManager:
         the filter and takes one token; if that leaves the bucket below zero the result is the time
         for it to refill to zero. Users with no quota (own or default) are not tracked at all.
         """
-        _check_user(user)
+        check_user(user)
         check_producer_id(producer_id)
         check_now_ms(now_ms)
         return self._record(user, producer_id, now_ms)
@@ -236,41 +241,78 @@ class ProducerIdQuotaManager:
         An item is ``(user, producer_id)`` recorded at ``now_ms``, or ``(user, producer_id,
         item_now_ms)``. Every item is validated first: a bad item rejects the whole batch with a
         ValueError naming its index, and nothing is recorded.
+
+        The loop is one-by-one calls fused. An item whose time moves its user's filters goes through
+        ``TimedBloomFilter._add_key``; the filters' view after it (``_live_view``, kept between
+        batches) serves the next items, which read and add to the Bloom filters directly. An id
+        already put into the current filter (``_seen``: id -> that filter's serial) is answered
+        without hashing; a new id is charged inline (``_charge``).
         """
         check_now_ms(now_ms)
-        if not isinstance(items, Sequence) or isinstance(items, str | bytes):
-            raise ValueError(f"items must be a sequence of tuples, got {type(items).__name__}")
-        for index, item in enumerate(items):
-            if (
-                type(item) is tuple
-                and (len(item) == 2 or (len(item) == 3 and type(item[2]) is int))
-                and isinstance(item[0], str)
-                and type(item[1]) is int
-                and 0 <= item[1] <= MAX_PRODUCER_ID
-            ):
-                continue
-            _raise_bad_item(index, item)
+        users, pids, times = batch_columns(items, now_ms)
         user_bounds = self._user_bounds
         default_bound = self._default_bound
-        users = self._users
-        charge = self._charge
+        tracked_get = self._users.get
+        seen = self._seen
+        seen_get = seen.get
+        hash_copy = self._id_hash_copy
+        from_bytes = int.from_bytes
+        sensor_config = self._sensor_config
         results: list[int] = []
         append = results.append
-        for item in items:
-            if len(item) == 2:
-                user, producer_id = item
-                t = now_ms
+        for user, producer_id, t in zip(users, pids, times, strict=True):
+            state = tracked_get(user)
+            if state is None:
+                bound = user_bounds.get(user, default_bound)
+                if bound is None:
+                    append(0)
+                    continue
+                state = self._new_state(user, bound, t)
             else:
-                user, producer_id, t = item
-            bound = user_bounds.get(user, default_bound)
-            if bound is None:
+                bound = state.bound
+                if bound is None:
+                    append(0)
+                    continue
+            filter_ = state.filter
+            until, current, previous, serial = filter_._live
+            if t < until and seen_get(producer_id) == serial:
+                append(0)  # the id's key went into this very filter before: `key in current`
+                continue
+            h = hash_copy()  # make_id_hasher's body, inlined
+            h.update(producer_id.to_bytes(8, "little"))
+            key = from_bytes(h.digest(), "little")
+            if t >= until:  # the filters move at t: the reference step, then their new view
+                fresh = filter_._add_key(key, t)
+                serial = filter_._live_view()[3]
+            elif key in current:
+                fresh = False
+            else:
+                current.add(key)
+                fresh = previous is None or key not in previous
+            if len(seen) >= _SEEN_CACHE_SIZE:
+                seen.clear()
+            seen[producer_id] = serial  # the key is in the current filter now, found or added
+            if not fresh:
                 append(0)
                 continue
-            state = users.get(user)
-            if state is None:
-                state = self._new_state(user, bound, t)
-            filter_ = state.filter
-            append(charge(state, bound, t) if filter_._add_key(filter_._hash(producer_id), t) else 0)
+            # a new id: _charge inlined (see there), with the bucket's TokenBucket.record(config, 1.0, t)
+            # inlined too: refill for the elapsed seconds up to the burst, then take one token (the
+            # bucket is in seconds, made by _new_state; its config's quota bound is ``bound``)
+            state.quota_sensor.last_record_time_ms = t
+            state.rate.stat.record(sensor_config, 1.0, t)  # Rate.record
+            tokens_metric = state.tokens
+            bucket = tokens_metric.stat
+            config = tokens_metric.config
+            burst = config.samples * (config.time_window_ms / 1000.0) * bound
+            tokens = bucket.tokens + bound * ((t - bucket.last_update_ms) / 1000.0)
+            if not tokens < burst:
+                tokens = burst  # min(burst, tokens)
+            bucket.last_update_ms = t
+            bucket.tokens = tokens = tokens - 1.0  # min(burst, tokens - 1.0): never above burst here
+            if tokens < 0:
+                append(token_bucket_throttle_time(QuotaViolationError(tokens_metric, tokens, bound)))
+            else:
+                append(0)
         return results
 
     def _record(self, user: str, producer_id: int, now_ms: int) -> int:
@@ -308,7 +350,7 @@ class ProducerIdQuotaManager:
         is created by a user's first throttle; a user this manager does not track (no quota) has none
         and the call does nothing.
         """
-        _check_user(user)
+        check_user(user)
         check_now_ms(now_ms)
         if type(throttle_time_ms) is not int or throttle_time_ms < 0:
             raise ValueError(f"throttle_time_ms must be an int ≥ 0, got {throttle_time_ms!r}")
@@ -345,11 +387,13 @@ class ProducerIdQuotaManager:
                 self._user_bounds[user] = checked
             affected = [user] if user in self._users else []
         for name in affected:
-            self._users[name].tokens.config = self._bucket_config(self.quota(name))
+            state = self._users[name]
+            state.bound = self.quota(name)
+            state.tokens.config = self._bucket_config(state.bound)
 
     def quota(self, user: str) -> float | None:
         """The ``producer_ids_rate`` that applies to ``user``: its own, else the default user's, else None."""
-        _check_user(user)
+        check_user(user)
         bound = self._user_bounds.get(user)
         return bound if bound is not None else self._default_bound
 
@@ -429,13 +473,13 @@ class ProducerIdQuotaManager:
         tokens_name = metrics.metric_name(
             "tokens", GROUP, "Tracking remaining tokens in the token bucket per user", tags
         )
-        quota_sensor.add(tokens_name, TokenBucket(), self._bucket_config(bound))
+        quota_sensor.add(tokens_name, TokenBucket(unit=TimeUnit.SECONDS), self._bucket_config(bound))
         tokens = metrics.metric(tokens_name)
         assert tokens is not None
         filter_ = TimedBloomFilter(
             config.filter_expected_items, config.filter_false_positive_rate, config.window_ms, hash_key=config.hash_key
         )
-        state = _UserState(filter_, quota_sensor, rate, tokens)
+        state = _UserState(bound, filter_, quota_sensor, rate, tokens)
         self._users[user] = state
         # first due when a filter made now would expire; cleanup re-schedules from the real state
         self._schedule(user, state, now_ms + filter_.lifetime_ms)
@@ -461,13 +505,13 @@ class ProducerIdQuotaManager:
 
     def live_filters(self, user: str, now_ms: int) -> int:
         """How many of ``user``'s filters are alive at ``now_ms`` (0 if untracked); no change."""
-        _check_user(user)
+        check_user(user)
         state = self._users.get(user)
         return 0 if state is None else state.filter.live_filters(now_ms)
 
     def filter_of(self, user: str) -> TimedBloomFilter | None:
         """The user's filter (for inspection), or None if the user is not tracked."""
-        state = self._users.get(_check_user(user))
+        state = self._users.get(check_user(user))
         return None if state is None else state.filter
 
     def bit_array_bytes(self) -> int:

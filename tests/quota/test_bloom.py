@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quotaplane.quota import TimedBloomFilter, _bloom
 from quotaplane.quota._bloom import MAX_PRODUCER_ID, make_id_hasher, optimal_bits
@@ -325,3 +327,72 @@ def test_ids_are_hashed_with_blake2b_of_their_8_little_endian_bytes():
         assert make_id_hasher()(pid) == plain
         assert make_id_hasher(b"k")(pid) == keyed
         assert plain != keyed
+
+
+# --- the batch path's view: _live_view and _live -----------------------------------------------------
+def _fused_add(f: TimedBloomFilter, key: int, now_ms: int) -> bool:
+    """What ProducerIdQuotaManager.record_batch does with a filter, from its ``_live`` view."""
+    until, current, previous, _ = f._live
+    if now_ms >= until:
+        fresh = f._add_key(key, now_ms)
+        f._live_view()
+        return fresh
+    if key in current:
+        return False
+    current.add(key)
+    return not (previous is not None and key in previous)
+
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "add", "expire", "public_add"]),
+        st.integers(-7, 25),  # the clock moves in steps of a tenth of a window, back sometimes
+        st.integers(0, 30),
+    ),
+    max_size=60,
+)
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    ops=_ops,
+    window_ms=st.sampled_from([10, 11, 1000]),
+    expected_items=st.sampled_from([1, 8, 100]),
+    false_positive_rate=st.sampled_from([0.01, 0.3, 0.6]),  # 0.6: rbloom's degenerate filter, every key "in"
+)
+def test_the_live_view_answers_exactly_as_add_key(ops, window_ms, expected_items, false_positive_rate):
+    reference = new_filter(expected_items, false_positive_rate, window_ms)
+    fused = new_filter(expected_items, false_positive_rate, window_ms)
+    now = T0
+    for kind, step, key in ops:
+        now += step * window_ms // 10
+        if kind == "add":
+            assert _fused_add(fused, key, now) == reference._add_key(key, now)
+        elif kind == "public_add":  # a change the fused path did not make: _live must not go stale
+            assert fused.add(key, now) == reference.add(key, now)
+        else:
+            assert fused.expire(now) == reference.expire(now)
+        assert fused.filter_starts_ms() == reference.filter_starts_ms()
+        assert fused.live_filters(now) == reference.live_filters(now)
+
+
+def test_expire_makes_the_batch_path_forget_a_dropped_filter():
+    f = new_filter()
+    assert f.add(1, T0) is True
+    assert f.add(2, T0 + W) is True  # filter 2 starts; filter 1 is still readable until T0 + 1.5 W
+    assert f._live_view()[0] == T0 + W + HALF
+    assert f.expire(T0 + W + HALF) == 1
+    # a clock that steps back to before filter 1's expiry must not see it again
+    assert _fused_add(f, f._hash(1), T0 + W + HALF - 1) is True
+
+
+def test_every_bloom_filter_made_has_its_own_serial():
+    f, g = new_filter(), new_filter()
+    f.add(1, T0)
+    g.add(1, T0)
+    serials = [f._live_view()[3], g._live_view()[3]]
+    f.add(1, T0 + W)  # step 2 numbers its filter
+    serials.append(f._live_view()[3])
+    f.add(1, T0 + 4 * W)  # and so does step 1 after every filter expired
+    serials.append(f._live_view()[3])
+    assert len(set(serials)) == 4 and 0 not in serials
