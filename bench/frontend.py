@@ -14,8 +14,10 @@ What it measures
       process). Phase 2, pushes: all connections stay open; each client pushes a librdkafka-sized
       payload (a producer's 10 metrics as OTLP, zstd-compressed: ~1.4 kB raw, ~0.5 kB on the wire, as
       librdkafka 2.16 sends them), waits for the answer, then waits one push interval (so no push is
-      refused for coming early), for ``--seconds``. Every Kafka request also goes through the request
-      quota (RecordRequestTime), as on a Kafka broker.
+      refused for coming early), for ``--seconds``. With ``--with-request-quota`` (a request quota set
+      for another user) every Kafka request also records its time on the request quota
+      (RecordRequestTime), as on a Kafka broker with request quotas; without it no request quota exists
+      and, as in Kafka, no request time is recorded.
     - ``gateway_only``: the same numbers of GetTelemetrySubscriptions and PushTelemetry (same payload)
       sent straight to the gateway's TelemetryService over gRPC in batches of ``--grpc-batch`` with
       ``--grpc-in-flight`` calls outstanding: what the frontend's sockets, Kafka framing, per-request
@@ -23,7 +25,14 @@ What it measures
 
     Figures: handshakes/s (phase 1 wall time), accepted pushes/s in phase 2, push latency p50 / p99
     (request written to answer read, per connection), error codes counted, and the frontend's own
-    counters (batches sent per RPC kind, so the batching is visible).
+    counters (batches sent per RPC kind, so the batching is visible). Handshake and push are measured
+    apart: GetTelemetrySubscriptions' own latency (``get_subscriptions_latency_*``) beside the whole
+    handshake's (connect, admission, ApiVersions, GetTelemetrySubscriptions), and the CPU time each phase
+    cost per handshake / per push in every process (``cpu_us_per_handshake``, ``cpu_us_per_push``: the
+    frontend's event-loop thread, the gateway's gRPC and shard-worker threads, the rest of the launching
+    process, the shard actors, Ray's raylet and GCS, the load's own client processes; read from
+    ``/proc``, so on Linux only), which is where one push's time goes hop by hop. ``offered_pushes_per_s``
+    is the bound the clients' pacing puts on ``pushes_per_s`` (clients / interval).
 
 Output: one JSON object on stdout. Run: ``.venv/bin/python bench/frontend.py [--quick] [--clients N]
 [--seconds S] [--client-processes P]``.
@@ -33,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import json
 import multiprocessing
 import os
@@ -40,6 +51,7 @@ import random
 import struct
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -49,6 +61,7 @@ from typing import Any
 from _machine import machine
 
 SUBSCRIPTION = "bench"
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if os.name == "posix" else None
 PRODUCER_METRICS = [
     "org.apache.kafka.producer.connection.creation.rate",
     "org.apache.kafka.producer.connection.creation.total",
@@ -97,87 +110,250 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _process_cpu_s(pid: int) -> float:
+    """CPU seconds of another process: its CPU-time clock (``clock_getcpuclockid``, nanoseconds), else utime +
+    stime from ``/proc/<pid>/stat`` (clock ticks); 0 if it is gone."""
+    try:
+        clock = ctypes.c_int()
+        if _LIBC is not None and _LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) == 0:
+            return time.clock_gettime(clock.value)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError):
+        return 0.0
+
+
+def _thread_component(name: str) -> str:
+    if name.startswith("frontend-"):
+        return "frontend_loop"
+    if name.startswith("gateway-grpc"):
+        return "gateway_grpc_threads"
+    if name.startswith("gateway-shard"):
+        return "gateway_shard_workers"
+    return "launcher_other"  # the Ray driver, gRPC's own threads, the config poll, this script
+
+
+def _process_component(pid: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ")
+    except OSError:
+        return None
+    if b"ShardActor" in cmd:
+        return "shards"
+    if b"raylet" in cmd or b"gcs_server" in cmd:
+        return "ray_system"
+    return None
+
+
+def cpu_snapshot() -> dict[str, float]:
+    """CPU seconds used so far by each part of the system under test (Linux; {} elsewhere): the Python threads
+    of this process by name (``launcher_other``: the rest of the process, gRPC's C threads included), the
+    shard actors and Ray's raylet / GCS by command line."""
+    if not os.path.isdir("/proc") or not hasattr(time, "pthread_getcpuclockid"):
+        return {}
+    out: Counter[str] = Counter()
+    named = 0.0
+    for thread in threading.enumerate():
+        component = _thread_component(thread.name)
+        if component == "launcher_other" or thread.ident is None:
+            continue
+        try:
+            spent = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # it ended meanwhile
+            continue
+        out[component] += spent
+        named += spent
+    out["launcher_other"] = time.process_time() - named
+    for pid in _descendants():
+        component = _process_component(pid)
+        if component is not None:
+            out[component] += _process_cpu_s(int(pid))
+    return dict(out)
+
+
+def _descendants() -> list[str]:
+    """The processes started by this one, directly or not (Ray's raylet, GCS and workers; not another
+    cluster's on the same machine)."""
+    parents: dict[str, str] = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                    parents[pid] = f.read().rsplit(")", 1)[1].split()[1]
+            except (OSError, IndexError):
+                continue
+    me = str(os.getpid())
+    out = []
+    for pid in parents:
+        seen, ancestor = 0, parents.get(pid)
+        while ancestor not in (None, "0", "1", me) and seen < 64:
+            ancestor, seen = parents.get(ancestor), seen + 1
+        if ancestor == me:
+            out.append(pid)
+    return out
+
+
+def cpu_us_per(before: dict[str, float], after: dict[str, float], clients_s: float, count: int) -> dict[str, float]:
+    """Microseconds of CPU per operation by component (threads that ended in between count 0), and the total."""
+    if not after or not count:
+        return {}
+    spent = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
+    spent["load_clients"] = clients_s
+    out = {k: round(v / count * 1e6, 1) for k, v in sorted(spent.items())}
+    out["total"] = round(sum(spent.values()) / count * 1e6, 1)
+    return out
+
+
+def run_phased(target: Any, jobs: list[tuple]) -> tuple[list[dict], dict, list[dict], dict]:
+    """Run ``target(conn, job)`` in one spawned process per job: each sends its phase-1 (handshake) result,
+    waits for "go", then sends its phase-2 (push) result. The CPU of every component is read between the
+    phases, so each phase's cost is measured alone. (phase-1 results, CPU before phase 2, phase-2 results,
+    CPU after it)."""
+    context = multiprocessing.get_context("spawn")
+    pipes, processes = [], []
+    for job in jobs:
+        parent, child = context.Pipe()
+        process = context.Process(target=target, args=(child, job), daemon=True)
+        process.start()
+        pipes.append(parent)
+        processes.append(process)
+    first = [p.recv() for p in pipes]
+    middle = cpu_snapshot()
+    for p in pipes:
+        p.send("go")
+    second = [p.recv() for p in pipes]
+    end = cpu_snapshot()
+    for process in processes:
+        process.join(30)
+    return first, middle, second, end
+
+
 # --- the Kafka clients (one process) -------------------------------------------------------------------------
-async def _kafka_clients(port: int, n: int, seconds: float, interval_ms: int, concurrency: int, seed: int) -> dict:
-    from quotaplane.kafka_uuid import ZERO_UUID
-    from quotaplane.protocol import (
-        ApiVersionsRequest,
-        GetTelemetrySubscriptionsRequest,
-        PushTelemetryRequest,
-        decode_response,
-        encode_request,
-    )
+class _KafkaClients:
+    """``n`` simulated Kafka clients on one event loop: :meth:`handshakes` opens the connections (ApiVersions
+    v3, GetTelemetrySubscriptions), :meth:`pushes` then pushes on all of them for ``seconds``."""
 
-    body, _ = payload(seed)
-    codes: Counter[str] = Counter()
+    def __init__(self, port: int, n: int, seconds: float, interval_ms: int, concurrency: int, seed: int) -> None:
+        self.port, self.n, self.seconds, self.interval_ms, self.concurrency = port, n, seconds, interval_ms, concurrency
+        self.seed = seed
+        self.body, _ = payload(seed)
+        self.codes: Counter[str] = Counter()
+        self.connections: list[tuple[Any, Any, Any]] = []
 
-    async def call(reader: Any, writer: Any, key: int, version: int, correlation: int, request: Any) -> Any:
+    async def call(self, reader: Any, writer: Any, key: int, version: int, correlation: int, request: Any) -> Any:
+        from quotaplane.protocol import decode_response, encode_request
+
         writer.write(encode_request(key, version, correlation, request, client_id="qp-bench"))
         (size,) = struct.unpack(">i", await reader.readexactly(4))
         return decode_response(key, version, await reader.readexactly(size)).body
 
-    gate = asyncio.Semaphore(concurrency)
+    async def handshakes(self) -> dict:
+        from quotaplane.kafka_uuid import ZERO_UUID
+        from quotaplane.protocol import ApiVersionsRequest, GetTelemetrySubscriptionsRequest
 
-    async def handshake(i: int) -> Any:
-        async with gate:
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                versions = await call(reader, writer, 18, 3, 1, ApiVersionsRequest("qp-bench", "1.0"))
-                sub = await call(reader, writer, 71, 0, 2, GetTelemetrySubscriptionsRequest(ZERO_UUID))
-            except (OSError, asyncio.IncompleteReadError) as e:
-                codes[f"handshake:{type(e).__name__}"] += 1
-                return None
-            codes[f"71:{sub.error_code}"] += 1
-            if versions.error_code or sub.error_code:
-                writer.close()
-                return None
-            return reader, writer, sub
+        codes = self.codes
+        gate = asyncio.Semaphore(self.concurrency)
+        handshake_latencies: list[float] = []
+        get_latencies: list[float] = []
 
-    started = time.perf_counter()
-    connections = [c for c in await asyncio.gather(*(handshake(i) for i in range(n))) if c is not None]
-    handshake_s = time.perf_counter() - started
+        async def handshake(i: int) -> Any:
+            async with gate:
+                t = time.perf_counter()
+                try:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                    versions = await self.call(reader, writer, 18, 3, 1, ApiVersionsRequest("qp-bench", "1.0"))
+                    t_get = time.perf_counter()
+                    sub = await self.call(reader, writer, 71, 0, 2, GetTelemetrySubscriptionsRequest(ZERO_UUID))
+                except (OSError, asyncio.IncompleteReadError) as e:
+                    codes[f"handshake:{type(e).__name__}"] += 1
+                    return None
+                done = time.perf_counter()
+                handshake_latencies.append(done - t)
+                get_latencies.append(done - t_get)
+                codes[f"71:{sub.error_code}"] += 1
+                if versions.error_code or sub.error_code:
+                    writer.close()
+                    return None
+                return reader, writer, sub
 
-    latencies: list[float] = []
-    stop = time.perf_counter() + seconds
-    interval_s = interval_ms / 1000
+        cpu, started = time.process_time(), time.perf_counter()
+        got = await asyncio.gather(*(handshake(i) for i in range(self.n)))
+        self.connections = [c for c in got if c is not None]
+        return {
+            "connections": len(self.connections),
+            "handshake_s": time.perf_counter() - started,
+            "handshake_latencies": handshake_latencies,
+            "get_latencies": get_latencies,
+            "cpu_s": time.process_time() - cpu,
+        }
 
-    async def pusher(reader: Any, writer: Any, sub: Any, first_delay: float) -> int:
-        accepted = 0
-        correlation = 3
-        await asyncio.sleep(first_delay)
-        while time.perf_counter() < stop:
+    async def pushes(self) -> dict:
+        from quotaplane.protocol import PushTelemetryRequest
+
+        codes, body = self.codes, self.body
+        latencies: list[float] = []
+        stop = time.perf_counter() + self.seconds
+        interval_s = self.interval_ms / 1000
+
+        async def pusher(reader: Any, writer: Any, sub: Any, first_delay: float) -> int:
+            from quotaplane.protocol import decode_response, encode_request
+
+            accepted = 0
+            correlation = 3
+            # the load's own CPU shares the machine with the system under test: each connection's push frame is
+            # encoded once and only its correlation id (bytes 8..12: size, api key, version) changes per push
             request = PushTelemetryRequest(sub.client_instance_id, sub.subscription_id, False, 4, body)
-            t = time.perf_counter()
-            try:
-                answer = await call(reader, writer, 72, 0, correlation, request)
-            except (OSError, asyncio.IncompleteReadError) as e:
-                codes[f"push:{type(e).__name__}"] += 1
-                return accepted
-            latencies.append(time.perf_counter() - t)
-            correlation += 1
-            codes[f"72:{answer.error_code}"] += 1
-            accepted += answer.error_code == 0
-            await asyncio.sleep(interval_s + answer.throttle_time_ms / 1000)
-        return accepted
+            frame = bytearray(encode_request(72, 0, correlation, request, client_id="qp-bench"))
+            await asyncio.sleep(first_delay)
+            while time.perf_counter() < stop:
+                struct.pack_into(">i", frame, 8, correlation)
+                t = time.perf_counter()
+                try:
+                    writer.write(bytes(frame))
+                    (size,) = struct.unpack(">i", await reader.readexactly(4))
+                    answer = decode_response(72, 0, await reader.readexactly(size)).body
+                except (OSError, asyncio.IncompleteReadError) as e:
+                    codes[f"push:{type(e).__name__}"] += 1
+                    return accepted
+                latencies.append(time.perf_counter() - t)
+                correlation += 1
+                codes[f"72:{answer.error_code}"] += 1
+                accepted += answer.error_code == 0
+                await asyncio.sleep(interval_s + answer.throttle_time_ms / 1000)
+            return accepted
 
-    rng = random.Random(seed)
-    push_started = time.perf_counter()
-    accepted = await asyncio.gather(*(pusher(r, w, s, rng.uniform(0, interval_s)) for r, w, s in connections))
-    push_s = time.perf_counter() - push_started
-    for _, writer, _ in connections:
-        writer.close()
-    return {
-        "connections": len(connections),
-        "handshake_s": handshake_s,
-        "pushes_accepted": sum(accepted),
-        "push_s": push_s,
-        "latencies": latencies,
-        "codes": dict(codes),
-    }
+        rng = random.Random(self.seed)
+        cpu, push_started = time.process_time(), time.perf_counter()
+        accepted = await asyncio.gather(*(pusher(r, w, s, rng.uniform(0, interval_s)) for r, w, s in self.connections))
+        push_s = time.perf_counter() - push_started
+        cpu_s = time.process_time() - cpu
+        for _, writer, _ in self.connections:
+            writer.close()
+        return {
+            "pushes_accepted": sum(accepted),
+            "push_s": push_s,
+            "latencies": latencies,
+            "codes": dict(codes),
+            "cpu_s": cpu_s,
+        }
 
 
-def _kafka_client_process(args: tuple) -> dict:
-    return asyncio.run(_kafka_clients(*args))
+def _kafka_client_process(conn: Any, args: tuple) -> None:
+    clients = _KafkaClients(*args)
+    loop = asyncio.new_event_loop()
+    conn.send(loop.run_until_complete(clients.handshakes()))
+    conn.recv()  # "go": the CPU of the handshake phase has been read
+    conn.send(loop.run_until_complete(clients.pushes()))
+    loop.close()
+
+
+def _ms(values: list[float], q: float) -> float:
+    return round(_percentile(values, q) * 1000, 2)
 
 
 def run_frontend(port: int, args: argparse.Namespace) -> dict:
@@ -186,15 +362,17 @@ def run_frontend(port: int, args: argparse.Namespace) -> dict:
     jobs = [
         (port, k, args.seconds, args.interval_ms, args.connect_concurrency, args.seed + i) for i, k in enumerate(share)
     ]
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        parts = pool.map(_kafka_client_process, jobs)
+    before = cpu_snapshot()
+    shakes, middle, parts, end = run_phased(_kafka_client_process, jobs)
     latencies = [x for p in parts for x in p["latencies"]]
+    handshake_latencies = [x for p in shakes for x in p["handshake_latencies"]]
+    get_latencies = [x for p in shakes for x in p["get_latencies"]]
     codes: Counter[str] = Counter()
     for p in parts:
         codes.update(p["codes"])
-    handshake_s = max(p["handshake_s"] for p in parts)
+    handshake_s = max(p["handshake_s"] for p in shakes)
     push_s = max(p["push_s"] for p in parts)
-    connections = sum(p["connections"] for p in parts)
+    connections = sum(p["connections"] for p in shakes)
     accepted = sum(p["pushes_accepted"] for p in parts)
     return {
         "concurrent_connections": connections,
@@ -202,14 +380,21 @@ def run_frontend(port: int, args: argparse.Namespace) -> dict:
         "handshakes_per_s": round(connections / handshake_s, 1),
         "pushes_accepted": accepted,
         "pushes_per_s": round(accepted / push_s, 1),
-        "push_latency_p50_ms": round(_percentile(latencies, 0.5) * 1000, 2),
-        "push_latency_p99_ms": round(_percentile(latencies, 0.99) * 1000, 2),
+        "push_latency_p50_ms": _ms(latencies, 0.5),
+        "push_latency_p99_ms": _ms(latencies, 0.99),
+        "offered_pushes_per_s": round(connections * 1000 / args.interval_ms, 1),
+        "handshake_latency_p50_ms": _ms(handshake_latencies, 0.5),
+        "handshake_latency_p99_ms": _ms(handshake_latencies, 0.99),
+        "get_subscriptions_latency_p50_ms": _ms(get_latencies, 0.5),
+        "get_subscriptions_latency_p99_ms": _ms(get_latencies, 0.99),
+        "cpu_us_per_handshake": cpu_us_per(before, middle, sum(p["cpu_s"] for p in shakes), connections),
+        "cpu_us_per_push": cpu_us_per(middle, end, sum(p["cpu_s"] for p in parts), len(latencies)),
         "response_codes": dict(sorted(codes.items())),
     }
 
 
 # --- the gateway-only path (one process) ------------------------------------------------------------------------
-def _gateway_process(args: tuple) -> dict:
+def _gateway_process(conn: Any, args: tuple) -> None:
     address, n, seconds, interval_ms, batch, in_flight, seed = args
     import grpc
 
@@ -236,21 +421,29 @@ def _gateway_process(args: tuple) -> dict:
     contexts = [context(i) for i in range(n)]
     codes: Counter[str] = Counter()
 
+    get_latencies: list[float] = []
+
     def run_batches(make: Any, kind: str, chunks: list[list[int]]) -> list[Any]:
         results: list[Any] = []
         pending: list[Any] = []
-        for chunk in chunks:
-            pending.append(make(chunk))
-            if len(pending) >= in_flight:
-                results.extend(pending.pop(0).result().results)
-        for future in pending:
+
+        def take() -> None:
+            sent, future = pending.pop(0)
             results.extend(future.result().results)
+            get_latencies.append(time.perf_counter() - sent)
+
+        for chunk in chunks:
+            pending.append((time.perf_counter(), make(chunk)))
+            if len(pending) >= in_flight:
+                take()
+        while pending:
+            take()
         for r in results:
             codes[f"{kind}:{r.error_code}"] += 1
         return results
 
     chunks = [list(range(i, min(n, i + batch))) for i in range(0, n, batch)]
-    started = time.perf_counter()
+    cpu, started = time.process_time(), time.perf_counter()
     subs = run_batches(
         lambda c: stub.GetTelemetrySubscriptions.future(
             pb.GetTelemetrySubscriptionsBatch(
@@ -262,6 +455,8 @@ def _gateway_process(args: tuple) -> dict:
         chunks,
     )
     handshake_s = time.perf_counter() - started
+    conn.send({"handshake_s": handshake_s, "cpu_s": time.process_time() - cpu})
+    conn.recv()  # "go": the CPU of the handshake phase has been read
 
     def push_batch(chunk: list[int]) -> Any:
         return stub.PushTelemetry.future(
@@ -285,7 +480,9 @@ def _gateway_process(args: tuple) -> dict:
     accepted = 0
     rounds = 0
     answered_at = [0.0] * len(chunks)
-    push_started = time.perf_counter()
+    sent_at = [0.0] * len(chunks)
+    push_latencies: list[float] = []
+    cpu, push_started = time.process_time(), time.perf_counter()
     stop = push_started + seconds
     pending: list[tuple[int, Any]] = []
 
@@ -295,6 +492,7 @@ def _gateway_process(args: tuple) -> dict:
             codes[f"72:{r.error_code}"] += 1
             accepted += r.error_code == 0
         answered_at[k] = time.perf_counter()
+        push_latencies.append(answered_at[k] - sent_at[k])
 
     while time.perf_counter() < stop:
         for k, chunk in enumerate(chunks):
@@ -303,6 +501,7 @@ def _gateway_process(args: tuple) -> dict:
             wait = answered_at[k] + interval_ms / 1000 * 1.05 - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
+            sent_at[k] = time.perf_counter()
             pending.append((k, push_batch(chunk)))
             if len(pending) >= in_flight:
                 collect(*pending.pop(0))
@@ -310,23 +509,35 @@ def _gateway_process(args: tuple) -> dict:
     for k, future in pending:
         collect(k, future)
     push_s = time.perf_counter() - push_started
+    cpu_s = time.process_time() - cpu
     channel.close()
-    return {
-        "instances": n,
-        "handshakes_per_s": round(n / handshake_s, 1),
-        "pushes_accepted": accepted,
-        "pushes_per_s": round(accepted / push_s, 1),
-        "push_rounds": rounds,
-        "grpc_batch": batch,
-        "grpc_in_flight": in_flight,
-        "response_codes": dict(sorted(codes.items())),
-    }
+    conn.send(
+        {
+            "instances": n,
+            "handshakes_per_s": round(n / handshake_s, 1),
+            "pushes_accepted": accepted,
+            "pushes_per_s": round(accepted / push_s, 1),
+            "push_rounds": rounds,
+            "grpc_batch": batch,
+            "grpc_in_flight": in_flight,
+            "response_codes": dict(sorted(codes.items())),
+            "get_batch_latency_p50_ms": _ms(get_latencies, 0.5),
+            "get_batch_latency_p99_ms": _ms(get_latencies, 0.99),
+            "push_batch_latency_p50_ms": _ms(push_latencies, 0.5),
+            "push_batch_latency_p99_ms": _ms(push_latencies, 0.99),
+            "pushes": sum(codes[k] for k in codes if k.startswith("72:")),
+            "cpu_s": cpu_s,
+        }
+    )
 
 
 def run_gateway_only(address: str, args: argparse.Namespace) -> dict:
     job = (address, args.clients, args.seconds, args.interval_ms, args.grpc_batch, args.grpc_in_flight, args.seed)
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_gateway_process, (job,))
+    before = cpu_snapshot()
+    (shakes,), middle, (report,), end = run_phased(_gateway_process, [job])
+    report["cpu_us_per_handshake"] = cpu_us_per(before, middle, shakes["cpu_s"], args.clients)
+    report["cpu_us_per_push"] = cpu_us_per(middle, end, report.pop("cpu_s"), report.pop("pushes"))
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -341,6 +552,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grpc-in-flight", type=int, default=8, help="gateway-only: calls outstanding")
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--with-request-quota",
+        action="store_true",
+        help="set a request_percentage quota for another user, so that every request's time is recorded "
+        "(RecordRequestTime) as on a broker with request quotas; without any, Kafka records none and neither "
+        "does the frontend",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.clients, args.seconds = min(args.clients, 200), min(args.seconds, 3.0)
@@ -350,6 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from quotaplane.services.launcher import launch
     from quotaplane.v1 import admin_pb2 as admin_pb
     from quotaplane.v1 import admin_pb2_grpc
+    from quotaplane.v1 import config_events_pb2 as events_pb
 
     body, raw_size = payload(args.seed)
     with tempfile.TemporaryDirectory(prefix="qp-bench-frontend-") as root:
@@ -374,10 +593,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         Config(name="interval.ms", config_operation=set_, value=str(args.interval_ms)),
                     ],
                 )
-                admin_pb2_grpc.AdminServiceStub(channel).IncrementalAlterConfigs(
-                    admin_pb.IncrementalAlterConfigsRequest(resources=[resource])
-                )
+                admin = admin_pb2_grpc.AdminServiceStub(channel)
+                admin.IncrementalAlterConfigs(admin_pb.IncrementalAlterConfigsRequest(resources=[resource]))
+                if args.with_request_quota:
+                    Entry = admin_pb.AlterClientQuotasRequest.EntryData
+                    entry = Entry(
+                        entity=[events_pb.EntityData(entity_type="user", entity_name="qp-bench-elsewhere")],
+                        ops=[admin_pb.AlterClientQuotasRequest.OpData(key="request_percentage", value=50.0)],
+                    )
+                    answer = admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=[entry]))
+                    assert all(e.error_code == 0 for e in answer.entries), answer
             cluster.wait_caught_up(timeout_s=60)
+            deadline = time.monotonic() + 30  # the frontend learns which quota types exist (a 250 ms refresh)
+            while time.monotonic() < deadline and (
+                cluster.frontend.enabled_quotas is None
+                or cluster.frontend.enabled_quotas.request != args.with_request_quota
+            ):
+                time.sleep(0.05)
             frontend = run_frontend(cluster.frontend_port, args)
             stats = cluster.frontend.stats
             backend = cluster.frontend.backend
@@ -408,6 +640,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "metrics_per_push": len(PRODUCER_METRICS),
             "shards": args.shards,
             "quick": args.quick,
+            "request_quota_recorded": args.with_request_quota,
         },
         "figures": {"frontend": frontend, "gateway_only": gateway_only},
         "notes": (

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import re2
 
@@ -150,6 +151,7 @@ class ClientMetricsInstance:
         "last_get_request_ms",
         "last_known_error",
         "last_push_request_ms",
+        "resource_labels",
         "subscription",
         "subscription_id",
         "subscription_version",
@@ -176,6 +178,9 @@ class ClientMetricsInstance:
         self.terminating = False
         self.last_known_error = Errors.NONE
         self.expires_at_ms = 0
+        #: the broker's resource attributes of this instance, encoded (``prepare_resource_attributes``) by the
+        #: manager on its first push: a few hundred bytes, the key set shared by all instances
+        self.resource_labels: Any = None
 
     @property
     def push_interval_ms(self) -> int:

@@ -48,7 +48,7 @@ from ._exporter import (
     RequestContext,
 )
 from ._instance import ClientInstanceCache, ClientMetricsInstance, ClientMetricsInstanceMetadata, Removal
-from ._otlp import add_resource_attributes, decode_metrics_data
+from ._otlp import add_resource_attributes, decode_metrics_data, prepare_resource_attributes
 from ._requests import (
     GetTelemetrySubscriptionsRequest,
     GetTelemetrySubscriptionsResponse,
@@ -308,7 +308,10 @@ class ClientMetricsManager:
         data = decompress(request.compression_type, request.metrics, self.config.max_decompressed_bytes)
         metrics_data = decode_metrics_data(data)
         attributes = self._resource_attributes(instance)
-        add_resource_attributes(metrics_data, attributes)
+        prepared = instance.resource_labels
+        if prepared is None:  # the instance's attributes never change: encoded once, on its first push
+            prepared = instance.resource_labels = prepare_resource_attributes(attributes)
+        add_resource_attributes(metrics_data, attributes, prepared=prepared)
         return ClientTelemetryPayload(
             client_instance_id=instance.client_instance_id,
             is_terminating=request.terminating,

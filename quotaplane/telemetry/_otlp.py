@@ -48,10 +48,12 @@ from ..errors import InvalidRecordError
 
 __all__ = [
     "BROKER_RESOURCE_ATTRIBUTES",
+    "PreparedAttributes",
     "add_resource_attributes",
     "data_point_count",
     "decode_metrics_data",
     "metric_count",
+    "prepare_resource_attributes",
 ]
 
 #: The resource attributes the broker adds to every push, in this order (KIP-714's labels).
@@ -80,25 +82,49 @@ def decode_metrics_data(data: bytes) -> MetricsData:
     return metrics_data
 
 
-def add_resource_attributes(metrics_data: MetricsData, attributes: Mapping[str, str | None]) -> None:
+#: ``prepare_resource_attributes``' result: the keys set and their ``Resource`` wire format.
+PreparedAttributes = tuple[frozenset[str], bytes]
+
+
+def prepare_resource_attributes(attributes: Mapping[str, str | None]) -> PreparedAttributes:
+    """What ``add_resource_attributes`` merges, computed once: a client instance's attributes are the same
+    on every push, so the manager keeps this per instance instead of encoding them per push."""
+    ours = [(key, value) for key, value in attributes.items() if value is not None]
+    for key, value in ours:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"resource attributes are strings, got {key!r}: {value!r}")
+    names = tuple(key for key, _ in ours)
+    keys = _KEY_SETS.get(names)
+    if keys is None:  # every instance has the same few key sets: one frozenset each, shared
+        if len(_KEY_SETS) >= 1024:
+            _KEY_SETS.clear()
+        keys = _KEY_SETS[names] = frozenset(names)
+    # Appending the attributes as one serialized blob is a single C call per resource, a third of the
+    # cost of eight ``add`` calls: this runs on every push.
+    return keys, _attributes_blob(ours)
+
+
+_KEY_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def add_resource_attributes(
+    metrics_data: MetricsData,
+    attributes: Mapping[str, str | None],
+    *,
+    prepared: PreparedAttributes | None = None,
+) -> None:
     """Set the broker's attributes, as string values, on the resource of every ``ResourceMetrics``.
 
     Ours win: an attribute the client sent under one of these keys is removed (every copy of it),
     its other attributes keep their order, and ours follow in the mapping's order. A key whose value
     is None is skipped (the client's attribute of that key, if any, stays). A ``MetricsData`` without
     ``resource_metrics`` is left as it is: there are no metrics to label, and an empty
-    ``ResourceMetrics`` would only show exporters a resource with nothing in it.
+    ``ResourceMetrics`` would only show exporters a resource with nothing in it. ``prepared``:
+    ``prepare_resource_attributes(attributes)``, when the caller keeps it.
     """
-    ours = [(key, value) for key, value in attributes.items() if value is not None]
-    if not ours:
+    keys, blob = prepared if prepared is not None else prepare_resource_attributes(attributes)
+    if not keys:
         return
-    for key, value in ours:
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"resource attributes are strings, got {key!r}: {value!r}")
-    keys = {key for key, _ in ours}
-    # Appending the attributes as one serialized blob is a single C call per resource, a third of the
-    # cost of eight ``add`` calls: this runs on every push.
-    blob = _attributes_blob(ours)
     for resource_metrics in metrics_data.resource_metrics:
         resource = resource_metrics.resource
         resource_attributes = resource.attributes

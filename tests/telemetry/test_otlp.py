@@ -19,6 +19,7 @@ from quotaplane.telemetry._otlp import (
     data_point_count,
     decode_metrics_data,
     metric_count,
+    prepare_resource_attributes,
 )
 
 T_NANOS = 1_700_000_000_000 * 1_000_000  # a realistic clock, in OTLP's nanoseconds
@@ -377,3 +378,38 @@ def test_keyvalue_is_the_otlp_type_we_attach():
     add_resource_attributes(metrics_data, {"client_id": "producer-1"})
     attribute = metrics_data.resource_metrics[0].resource.attributes[0]
     assert attribute == KeyValue(key="client_id", value=AnyValue(string_value="producer-1"))
+
+
+# --- the per-instance fast path: attributes prepared once, merged on every push --------------------------------
+_ATTRIBUTE_KEYS = st.sampled_from([*BROKER_RESOURCE_ATTRIBUTES, "client_rack", "host.name"])
+_ATTRIBUTE_VALUES = st.one_of(st.none(), st.text(max_size=150))
+
+
+@given(
+    ours=st.dictionaries(_ATTRIBUTE_KEYS, _ATTRIBUTE_VALUES, max_size=10),
+    clients=st.lists(st.lists(st.tuples(_ATTRIBUTE_KEYS, st.text(max_size=20)), max_size=6), max_size=3),
+)
+@settings(max_examples=200, deadline=None)
+def test_prepared_attributes_merge_exactly_as_the_reference(ours: dict, clients: list) -> None:
+    """The manager prepares an instance's attributes once (``prepare_resource_attributes``) and merges them on
+    every push: byte for byte what merging the mapping itself gives, on random resources and attributes."""
+    data = MetricsData()
+    for attributes in clients:
+        resource = data.resource_metrics.add().resource
+        for key, value in attributes:
+            resource.attributes.append(KeyValue(key=key, value=AnyValue(string_value=value)))
+    reference, fast = MetricsData(), MetricsData()
+    reference.CopyFrom(data)
+    fast.CopyFrom(data)
+    labels = [(key, value) for key, value in ours.items() if value is not None]
+    for resource_metrics in reference.resource_metrics:  # the rule spelled out with protobuf's own API
+        kept = [kv for kv in resource_metrics.resource.attributes if kv.key not in dict(labels)] if labels else None
+        if kept is not None:
+            del resource_metrics.resource.attributes[:]
+            resource_metrics.resource.attributes.extend(kept)
+            for key, value in labels:
+                resource_metrics.resource.attributes.append(KeyValue(key=key, value=AnyValue(string_value=value)))
+    prepared = prepare_resource_attributes(ours)
+    add_resource_attributes(fast, ours, prepared=prepared)
+    add_resource_attributes(data, ours, prepared=prepare_resource_attributes(dict(ours)))  # a shared key set
+    assert fast.SerializeToString() == reference.SerializeToString() == data.SerializeToString()

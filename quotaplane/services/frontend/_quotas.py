@@ -4,11 +4,12 @@ produce / fetch bytes, the producer ids it carries, a fetch's cap, and taking ba
 Every call fails open: a request that was (or is being) served is never failed by a quota outage; the outage
 is counted (``stats.gateway_fail_open``) and logged once (``FrontendServer.note_backend_error``).
 
-**Types without quotas cost nothing** (proxy mode): Kafka records nothing for a quota type that has no quota
-configured anywhere (a manager's ``quotasEnabled`` is false) and answers 0. The proxy keeps the gateway's
-answer to ``GetEnabledQuotaTypes``, refreshed every ``ENABLED_REFRESH_S`` in the background
-(``FrontendServer.enabled_quotas``), and skips the round trip for such a type: a fleet without request quotas
-pays no request-time call per forwarded request. Until the first answer, or while the gateway cannot answer,
+**Types without quotas cost nothing**: Kafka records nothing for a quota type that has no quota configured
+anywhere (a manager's ``quotasEnabled`` is false) and answers 0. The frontend (a proxy, or one serving only
+quotaplane's own APIs with request quotas on) keeps the gateway's answer to ``GetEnabledQuotaTypes``, refreshed
+every ``ENABLED_REFRESH_S`` in the background (``FrontendServer.enabled_quotas``), and skips the round trip
+for such a type: a fleet without request quotas pays no request-time call per request (a telemetry push then
+makes one gateway round trip, not two). Until the first answer, or while the gateway cannot answer,
 every type counts as enabled (the calls are made, as without the cache). A quota set for a type that had none
 is applied once the next refresh has seen it (within ``ENABLED_REFRESH_S`` of reaching the gateway), as a
 broker applies a quota once its config cache has it. Names the
@@ -48,7 +49,7 @@ FETCH_CAP_TTL_S = 1.0
 _MAX_CACHED_CAPS = 100_000
 
 
-#: How often a proxy asks the gateway which quota types have quotas (see the module docstring).
+#: How often a frontend asks the gateway which quota types have quotas (see the module docstring).
 ENABLED_REFRESH_S = 0.25
 
 
@@ -64,7 +65,7 @@ def enabled(server: FrontendServer, kind: str) -> bool:
 
 
 async def refresh_enabled_quotas(server: FrontendServer) -> None:
-    """Keep ``server.enabled_quotas`` current until cancelled (proxy mode)."""
+    """Keep ``server.enabled_quotas`` current until cancelled."""
     request = quota_pb.EnabledQuotaTypesRequest()
     while True:
         try:

@@ -29,6 +29,7 @@ class ConnectionState:
     instances seen on it."""
 
     __slots__ = (
+        "_context",
         "address",
         "authenticated",
         "client_id",
@@ -62,8 +63,16 @@ class ConnectionState:
         #: the upstream connection behind it (opened on the first forwarded request)
         self.upstream_node: int | None = None
         self.upstream: UpstreamConnection | None = None
+        self._context: tuple[tuple[Any, ...], tele_pb.RequestContext] | None = None
 
     def telemetry_context(self) -> tele_pb.RequestContext:
+        """The connection's context for the TelemetryService, built again only when one of its fields changed
+        (a client sends the same client id on every request): a protobuf message per push is measurable. The
+        caller must not modify it (a message given to another message's constructor is copied)."""
+        key = (self.client_id, self.principal, self.client_software_name, self.client_software_version)
+        cached = self._context
+        if cached is not None and cached[0] == key:
+            return cached[1]
         context = tele_pb.RequestContext(
             connection_id=self.connection_id,
             client_id=self.client_id,
@@ -74,6 +83,7 @@ class ConnectionState:
         if self.client_software_name is not None:
             context.client_software_name = self.client_software_name
             context.client_software_version = self.client_software_version or ""
+        self._context = (key, context)
         return context
 
     async def wait(self, awaitable: Any) -> Any:

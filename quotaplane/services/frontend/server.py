@@ -86,7 +86,7 @@ class FrontendServer:
         self.port = 0
         #: proxy mode: the upstream cluster, and the listener of each upstream broker's proxy port
         self.proxy: UpstreamProxy | None = None
-        #: proxy mode: the gateway's latest EnabledQuotaTypes (None: unknown, every type counts as enabled)
+        #: the gateway's latest EnabledQuotaTypes (None: unknown, every type counts as enabled)
         self.enabled_quotas: Any = None
         self._enabled_refresher: asyncio.Task[None] | None = None
         #: (user, client id) -> (fetch cap, monotonic expiry): see _quotas.fetch_cap
@@ -202,6 +202,9 @@ class FrontendServer:
                 failure.append(OSError(f"the Kafka proxy cannot start: {e}"))
                 ready.set()
                 return
+        if self._enabled_refresher is None and config.request_quotas:
+            # without a request quota anywhere Kafka records no request time: the round trip is skipped then
+            self._enabled_refresher = asyncio.get_running_loop().create_task(refresh_enabled_quotas(self))
         ready.set()
         await self._stopped.wait()
         self._server.close()

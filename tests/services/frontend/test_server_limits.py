@@ -142,6 +142,8 @@ def test_the_request_quota_throttles_and_mutes_the_connection(running: Running) 
     args = ("--entity-type", "users", "--entity-name", "ANONYMOUS", "--entity-type", "clients", "--entity-name")
     running.cli("quotas", "--alter", "--add-config", "request_percentage=0.001", *args, "qp-throttled")
     running.cluster.wait_caught_up(timeout_s=30)
+    # the frontend records request time once it knows a request quota exists (Kafka's quotasEnabled)
+    assert wait_until(lambda: getattr(running.frontend.enabled_quotas, "request", False), timeout_s=10)
     client = WireClient(running.port, client_id="qp-throttled")
     try:
         throttle_ms = 0
