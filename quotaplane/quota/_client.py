@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import operator
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from ..metrics import (
     LONG_MAX_VALUE,
@@ -131,33 +132,45 @@ def _check_now(now_ms: object) -> int:
 _FAST_NUMBER_TYPES = (float, int)
 _TUPLE_TYPE = {tuple}
 _LENGTH_3 = {3}
-_first, _second, _third = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+_LENGTH_4 = {4}
+_first, _second, _third, _fourth = (operator.itemgetter(i) for i in range(4))
 _STR_TYPE = {str}
+_INT_TYPE = {int}
 _NUMBER_TYPES = frozenset(_FAST_NUMBER_TYPES)
 
 
-def _all_plain_items(items: Sequence[object]) -> bool:
-    """True if every item is a ``(str, str, number)`` tuple with a finite value ≥ 0, checked in bulk.
+def _plain_width(items: Sequence[object]) -> int:
+    """3 or 4 if every item is a ``(str, str, number)`` or every item a ``(str, str, number, int)`` tuple
+    with a finite value ≥ 0, checked in bulk; 0 otherwise.
 
     A few C-level passes over the batch (``map`` of ``type``, ``len`` and item getters into sets, ``min``
     and a sum) instead of a dozen bytecodes per item, and without one object per item that the
     garbage collector would track (``zip(*items)`` makes an iterator per item, which alone set off a
-    collection per 1000-item batch). It accepts only what ``_check_item`` accepts; False means "check
+    collection per 1000-item batch). It accepts only what ``_check_item`` accepts; 0 means "check
     item by item", which then names the first bad item exactly as before.
     """
-    if set(map(type, items)) != _TUPLE_TYPE or set(map(len, items)) != _LENGTH_3:
-        return False
+    if set(map(type, items)) != _TUPLE_TYPE:
+        return 0
+    lengths = set(map(len, items))
+    if lengths == _LENGTH_3:
+        width = 3
+    elif lengths == _LENGTH_4:
+        width = 4
+        if set(map(type, map(_fourth, items))) != _INT_TYPE:  # exact: a bool is not a time
+            return 0
+    else:
+        return 0
     if set(map(type, map(_first, items))) != _STR_TYPE or set(map(type, map(_second, items))) != _STR_TYPE:
-        return False
+        return 0
     values = list(map(_third, items))
     if not _NUMBER_TYPES.issuperset(map(type, values)):  # exact types: a bool is not a usage value
-        return False
+        return 0
     try:
         # the sum is NaN or infinite if any value is (min() may skip a NaN); a sum that overflows, or an
         # int too large for a float, is left to the item-by-item check, which decides as before
-        return min(values) >= 0.0 and math.isfinite(sum(values, 0.0))
+        return width if min(values) >= 0.0 and math.isfinite(sum(values, 0.0)) else 0
     except OverflowError:
-        return False
+        return 0
 
 
 def _check_item(index: int, item: object) -> None:
@@ -277,8 +290,14 @@ class ClientQuotaManager:
         _check_now(now_ms)
         if not items:
             return []
-        if _all_plain_items(items) and type(self)._record is ClientQuotaManager._record:
-            return self._record_plain_batch(items, now_ms)
+        if type(self)._record is ClientQuotaManager._record:
+            width = _plain_width(items)
+            if width == 4:
+                return self._record_plain_batch(items)
+            if width == 3:
+                return self._record_plain_batch(
+                    zip(map(_first, items), map(_second, items), map(_third, items), repeat(now_ms))
+                )
         for index, item in enumerate(items):
             # the common item passes three type checks; anything else gets the full, explaining check
             if not (
@@ -307,8 +326,8 @@ class ClientQuotaManager:
             append(record(sensors, value, t))
         return results
 
-    def _record_plain_batch(self, items: Sequence[tuple[str, str, float]], now_ms: int) -> list[int]:
-        """``record_batch`` of validated ``(user, client_id, value)`` items at one ``now_ms``.
+    def _record_plain_batch(self, items: Iterable[tuple[str, str, float, int]]) -> list[int]:
+        """``record_batch`` of validated ``(user, client_id, value, now_ms)`` items.
 
         ``_record`` written out in the loop for sensors on the fast path, with every lookup that does not
         depend on the item hoisted: per item two dict lookups, one ``Rate.record_and_measure`` and the
@@ -323,7 +342,7 @@ class ClientQuotaManager:
             throttle = throttle_time_for  # the same function without the method's frame
         results: list[int] = []
         append = results.append
-        for user, client_id, value in items:
+        for user, client_id, value, now_ms in items:
             try:
                 quota_sensor, metric, rate = fast_paths[user][client_id]
             except KeyError:

@@ -53,14 +53,21 @@ quota_ops = st.lists(st.tuples(client_entities(), st.one_of(st.none(), bounds)),
 
 @st.composite
 def usage_batches(draw) -> tuple[int, list[tuple]]:
-    """A batch time and items with non-decreasing times; items at the batch time may omit their own."""
+    """A batch time and items with non-decreasing times; items at the batch time may omit their own.
+
+    The batch's form is drawn too, since ``record_batch`` takes a different path for each: every item
+    ``(user, client, value)`` at the batch time, every item with its own time, or the two mixed.
+    """
+    form = draw(st.sampled_from(["mixed", "untimed", "timed"]))
     batch_now = START_MS + draw(st.integers(0, 5_000))
     now = batch_now
     items: list[tuple] = []
     for _ in range(draw(st.integers(1, 30))):
-        now += draw(st.sampled_from([0, 0, 0, 1, 100, 499, 500, 999, 1000, 2500, 12_000]))
+        if form != "untimed":
+            now += draw(st.sampled_from([0, 0, 0, 1, 100, 499, 500, 999, 1000, 2500, 12_000]))
         item = (draw(users), draw(clients), draw(values))
-        items.append(item if now == batch_now and draw(st.booleans()) else (*item, now))
+        untimed = form == "untimed" or (form == "mixed" and now == batch_now and draw(st.booleans()))
+        items.append(item if untimed else (*item, now))
     return batch_now, items
 
 
