@@ -20,6 +20,7 @@ with fsync, by the exporter's thread in batches.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from quotaplane.archive import ArchiveRecord
@@ -74,6 +75,13 @@ class ThrottleArchive:
             return False
         self._tokens -= 1.0
         return self.exporter.submit((now_ms, quota_type, user, client_id, throttle_ms))
+
+    def record_batch(self, quota_type: str, items: Iterable[tuple[str, str, int, int]]) -> None:
+        """``record(now_ms, quota_type, user, client_id, throttle_ms)`` for each ``(user, client_id,
+        throttle_ms, now_ms)``, in order (the shard's micro-batch path)."""
+        record = self.record
+        for user, client_id, throttle_ms, now_ms in items:
+            record(now_ms, quota_type, user, client_id, throttle_ms)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         return self.exporter.flush(timeout_s)

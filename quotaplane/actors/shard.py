@@ -252,9 +252,17 @@ class ShardActor:
         each throttle back (``throttle()``); here the shard is the one that knows, so it records them."""
         manager = self.quotas.client_manager(quota_type)
         throttles = manager.record_batch(items, now_ms)
-        for item, throttle_ms in zip(items, throttles, strict=True):
-            if throttle_ms > 0:
-                self._throttle(manager, quota_type, item[0], item[1], throttle_ms, item[3] if len(item) > 3 else now_ms)
+        if any(throttles):
+            # one list and one call per batch: a method call per throttled item cost as much as deciding it
+            # (Ray wraps every method of an actor class, private ones too, in a tracing shim)
+            throttled = [
+                (item[0], item[1], throttle_ms, item[3] if len(item) > 3 else now_ms)
+                for item, throttle_ms in zip(items, throttles, strict=True)
+                if throttle_ms
+            ]
+            manager.throttle_batch(throttled)
+            if self.throttles is not None:
+                self.throttles.record_batch(str(quota_type), throttled)
         return throttles
 
     def _throttle(self, manager: Any, quota_type: QuotaType, user: str, client_id: str, ms: int, now_ms: int) -> None:

@@ -416,6 +416,23 @@ class ClientQuotaManager:
             sensors = self.get_or_create_quota_sensors(user, client_id, now_ms)
             sensors.throttle_time_sensor.record(float(throttle_time_ms), now_ms)
 
+    def throttle_batch(self, items: Iterable[tuple[str, str, int, int]]) -> None:
+        """``throttle(user, client_id, throttle_time_ms, now_ms)`` for each item, in order.
+
+        The shard records every throttle it answers (a broker's ``throttle()`` after each throttled
+        response), a fifth of the items under load: one call per micro-batch and a cache hit per item
+        instead of a checked call each. An item of a client without cached sensors, or with anything but
+        an int ≥ 0 as its time, goes through ``throttle``, which checks it and raises as one call would.
+        """
+        cached = self._cached_sensors().get
+        throttle = self.throttle
+        for user, client_id, throttle_time_ms, now_ms in items:
+            sensors = cached((user, client_id))
+            if sensors is None or type(throttle_time_ms) is not int or type(now_ms) is not int or throttle_time_ms < 0:
+                throttle(user, client_id, throttle_time_ms, now_ms)
+            elif throttle_time_ms > 0:
+                sensors.throttle_time_sensor.record(float(throttle_time_ms), now_ms)
+
     def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
         """The delay for a violated quota metric, over its padded window at ``now_ms``."""
         return self.throttle_time_for(e.value, e.bound, violated_rate_window_size(e, now_ms))

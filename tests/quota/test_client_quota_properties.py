@@ -118,6 +118,37 @@ def test_record_batch_equals_one_by_one(quota_type, quota_value_metric, quotas, 
         assert metric_values(batched.metrics, at) == metric_values(single.metrics, at)
 
 
+@SETTINGS
+@given(
+    quota_type=st.sampled_from([QuotaType.PRODUCE, QuotaType.FETCH]),
+    quotas=quota_maps,
+    batch=usage_batches(),
+    extra=st.lists(st.tuples(users, clients, st.integers(0, 5_000)), max_size=4),
+)
+def test_throttle_batch_equals_one_by_one(quota_type, quotas, batch, extra) -> None:
+    """ClientQuotaManager.throttle_batch: the throttle-time metrics of one ``throttle`` call per item, for
+    clients with cached sensors and for clients seen first by the throttle (``extra``)."""
+    batch_now, items = batch
+    batched = configured_manager(quota_type, False, quotas)
+    single = configured_manager(quota_type, False, quotas)
+    throttles = batched.record_batch(items, batch_now)
+    assert single.record_batch(items, batch_now) == throttles
+    end = last_time(batch_now, items)
+    thrown = [
+        (item[0], item[1], ms, item[3] if len(item) == 4 else batch_now)
+        for item, ms in zip(items, throttles, strict=True)
+    ]
+    thrown += [(user, client, ms, end) for user, client, ms in extra]
+
+    batched.throttle_batch(thrown)
+    for user, client, ms, at in thrown:
+        single.throttle(user, client, ms, at)
+
+    assert list(batched.metrics.sensors) == list(single.metrics.sensors)
+    for at in (end, end + 700, end + 11_000):
+        assert metric_values(batched.metrics, at) == metric_values(single.metrics, at)
+
+
 # --- 2. usage survives quota changes ------------------------------------------------------------------------
 
 

@@ -154,6 +154,16 @@ def test_bad_throttle_time(mgr: ClientQuotaManager, throttle_time_ms: object) ->
     assert_untouched(mgr, sensors, values)
 
 
+@pytest.mark.parametrize("throttle_time_ms", [-1, 1.5, "100", None, True])
+def test_bad_throttle_time_in_a_batch(mgr: ClientQuotaManager, throttle_time_ms: object) -> None:
+    """ClientQuotaManager.throttle_batch: a bad throttle time of a cached client raises as ``throttle`` does."""
+    mgr.record_and_get_throttle_time_ms("alice", "c1", 10.0, START_MS)  # the client's sensors are cached
+    sensors, values = list(mgr.metrics.sensors), metric_values(mgr.metrics, START_MS + 500)
+    with pytest.raises(ValueError, match="throttle_time_ms must be a non-negative integer"):
+        mgr.throttle_batch([("alice", "c1", throttle_time_ms, START_MS + 500)])
+    assert_untouched(mgr, sensors, values)
+
+
 @pytest.mark.parametrize("name", ["produce-request", "", "Quota", "PRODUCE ", None, 3, 2.5])
 def test_unknown_quota_type(name: object) -> None:
     """QuotaType.parse: only Kafka's quota type names (any case) are accepted."""
