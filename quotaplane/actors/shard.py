@@ -38,7 +38,9 @@ by design, and a catch-up pull blocks the shard's queue only for the time of tha
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import os
 import pickle
 import threading
@@ -546,9 +548,14 @@ def _group_by_type(
         return {next(iter(kinds.values())): (None, list(zip(users, client_ids, values, times, strict=True)))}
     groups: dict[QuotaType, tuple[list[int] | None, list[UsageItem]]] = {}
     for kind in set(kinds.values()):
-        indices = [i for i, name in enumerate(types) if kinds[name] is kind]
-        groups[kind] = (indices, [items[i][1:] for i in indices])
+        names = {name for name, parsed in kinds.items() if parsed is kind}
+        indices = list(itertools.compress(itertools.count(), map(names.__contains__, types)))
+        groups[kind] = (indices, list(map(_CORE_FIELDS, map(items.__getitem__, indices))))
     return groups
+
+
+#: ``(type, user, client_id, value, now_ms)`` -> the core's ``(user, client_id, value, now_ms)``
+_CORE_FIELDS = operator.itemgetter(1, 2, 3, 4)
 
 
 def _check_usage_items(items: Sequence[Any]) -> None:

@@ -175,7 +175,7 @@ class Gateway:
         chosen = range(len(items)) if indices is None else indices
         offset, keys = pending.route(items, indices)
         known = self._owner_cache.get
-        owners = [known(key) for key in keys]
+        owners = list(map(known, keys))
         if None in owners:
             owners = [shard if shard is not None else self._owner(key) for shard, key in zip(owners, keys, strict=True)]
         groups: dict[str, list[int]] = {}
