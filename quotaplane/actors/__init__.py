@@ -7,6 +7,7 @@ this package adds processes, placement and the config stream between them.
 
 from ._direct import DirectAddress, read_frame, write_frame
 from ._follower import ConfigFollower, ray_get
+from ._named import NamedActor
 from ._placement import RendezvousPlacement, owner_of, shard_weight
 from ._resources import check_resources
 from .controller import (
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigFollower",
     "DirectAddress",
     "ImageSnapshot",
+    "NamedActor",
     "OffsetOutOfRangeError",
     "RendezvousPlacement",
     "ShardActor",

@@ -65,6 +65,7 @@ from ._connection_host import ConnectionHost
 from ._direct import DirectAddress, DirectChannelServer, serialized
 from ._follower import ConfigFollower, ray_get
 from ._metric_rows import MetricRow, metric_rows
+from ._named import resolve_actor
 from ._replication_host import ReplicationHost
 from ._resources import check_resources
 from ._telemetry_host import TelemetryHost, archive_writer_id
@@ -122,7 +123,7 @@ class ShardActor:
         self.node_id = node_id
         #: where this shard writes (the telemetry archive); None: nothing on disk
         self.data_dir = data_dir
-        self._controller = controller
+        self._controller = resolve_actor(controller)
         self._controller_timeout_s = controller_timeout_s
         self._started_ms = wall_clock_ms()
         self._reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
@@ -602,7 +603,9 @@ def start_shard(
 ) -> Any:
     """A ShardActor named ``name`` (default ``quotaplane-shard-<shard_id>``; the running one if it
     exists), restarted by Ray after a crash (``max_restarts=-1``). Its name is what lets a restarted
-    controller find it again.
+    controller find it again. ``controller``: its handle, or better a ``NamedActor`` (what ``up`` passes),
+    which the shard looks up when it starts: a handle argument would sit in Ray's object store, and a
+    restart fails if it is lost there (see ``_named``).
 
     Placement: the shard asks for no CPU, so by default Ray puts it on the node that creates it.
     ``resources`` (Ray custom resources, e.g. ``{"quotaplane_shard": 1}``) limits it, and its restarts, to

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
 
-from quotaplane.actors import ImageSnapshot, OffsetOutOfRangeError, start_controller, start_shard
+from quotaplane.actors import ImageSnapshot, NamedActor, OffsetOutOfRangeError, start_controller, start_shard
 from quotaplane.config import (
     AlterConfigOp,
     ClientQuotaAlteration,
@@ -336,3 +339,61 @@ def test_a_shard_exposes_its_kafka_metrics(data_dir: Path) -> None:
     # one recording, measured 1 s later: Kafka pads the window to (samples - 1) whole windows = 10 s
     assert by_name[("byte-rate", "Produce", alice)] == pytest.approx(50_000.0 / 10)
     assert ("throttle-time", "Produce", alice) in by_name
+
+
+_BY_NAME_SCRIPT = """
+import sys, tempfile, ray
+from quotaplane.actors import NamedActor, start_controller, start_shard
+ray.init(num_cpus=1, include_dashboard=False)
+with tempfile.TemporaryDirectory() as tmp:
+    controller = start_controller(tmp, name="by-name-controller")
+    ray.get(controller.info.remote())
+    print("controller up", file=sys.stderr, flush=True)
+    by_name = start_shard("n", NamedActor("by-name-controller"), name="by-name-shard")
+    ray.get(by_name.info.remote())
+    print("by name up", file=sys.stderr, flush=True)
+    by_handle = start_shard("h", controller, name="by-handle-shard")
+    ray.get(by_handle.info.remote())
+    print("by handle up", file=sys.stderr, flush=True)
+    ray.shutdown()
+"""
+
+
+def test_a_shard_given_its_controller_by_name_has_nothing_in_the_object_store(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Ray keeps an actor handle given to a constructor in its object store and logs that a restart of a
+    ``max_restarts`` actor fails once it is lost (ray-project/ray#53727). By name, the shard needs nothing
+    there. The handle form is the control: the same check sees the error. A fresh driver process, since
+    Ray logs the error once per driver."""
+    env = {**os.environ, "RAY_TMPDIR": str(tmp_path_factory.mktemp("r"))}  # short: Ray's socket paths
+    done = subprocess.run(
+        [sys.executable, "-c", _BY_NAME_SCRIPT], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    _, after_controller = done.stderr.split("controller up\n", 1)
+    by_name, by_handle = after_controller.split("by name up\n", 1)
+    warning = "has constructor arguments in the object store"
+    assert warning not in by_name
+    assert warning in by_handle.split("by handle up\n", 1)[0]
+
+
+def test_a_shard_follows_a_controller_given_by_name(tmp_path: Path) -> None:
+    prefix = f"t{next(_names)}"
+    controller = start_controller(tmp_path, name=f"{prefix}-controller")
+    shard = start_shard("n", NamedActor(f"{prefix}-controller"), name=f"{prefix}-by-name")
+    results = ray.get(
+        controller.alter_client_quotas.remote(
+            [ClientQuotaAlteration({"user": "alice"}, [("producer_byte_rate", 1024.0)])], now_ms=NOW
+        )
+    )
+    assert all(r.ok for r in results)
+    end = ray.get(controller.end_offset.remote())
+    wait_for(lambda: ray.get(shard.applied_offset.remote()), until=lambda offset: offset == end)
+    for actor in (shard, controller):
+        ray.kill(actor)
+
+
+def test_a_named_actor_needs_a_name() -> None:
+    with pytest.raises(ValueError, match="non-empty string"):
+        NamedActor("")

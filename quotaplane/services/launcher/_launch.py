@@ -199,7 +199,7 @@ def _start(
 
     import ray
 
-    from quotaplane.actors import start_controller, start_shard
+    from quotaplane.actors import DEFAULT_CONTROLLER_NAME, NamedActor, start_controller, start_shard
 
     joined = cluster.ray_address is not None
     cluster.controller = start_controller(
@@ -215,7 +215,7 @@ def _start(
     for i in range(shards):
         cluster.shards[str(i)] = start_shard(
             i,
-            cluster.controller,
+            NamedActor(DEFAULT_CONTROLLER_NAME, NAMESPACE),  # not the handle: see quotaplane.actors._named
             namespace=NAMESPACE,
             data_dir=str(cluster.data_dir.absolute() / "shards" / str(i)),
             detached=joined,
