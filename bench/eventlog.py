@@ -16,6 +16,10 @@ What it measures, in one run on one temporary directory (``--dir``, default the 
     quotas does) and ``sixteen_threads_pipelined`` (each thread keeps up to 8 one-event appends in
     flight with ``EventLog.submit``, waiting for the oldest before submitting more: a controller that
     decides the next change before the previous one is durable and answers each when it is).
+    Then the admin path above the log: ``store_one_thread`` and ``store_sixteen_threads``, changes/s
+    through ``ConfigStore.alter_client_quotas`` (one client-quota alteration per call, each with its
+    request id, fsync), the frames written and each call's latency: the store decides a change on its
+    working state, submits it and answers once it is durable, so concurrent calls share fsyncs.
 ``read``
     ``--events`` events (default 1,000,000) appended with ``fsync=False`` in batches of 1000 (one
     frame each), then a fresh ``EventLog.open`` (the recovery scan of a clean log: every CRC) and
@@ -67,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import machine
 
-from quotaplane.config import ConfigImage, ConfigStore
+from quotaplane.config import ClientQuotaAlteration, ConfigImage, ConfigStore
 from quotaplane.config._log import EventLog
 from quotaplane.config._snapshot_file import read_snapshot, read_snapshot_batches, write_snapshot
 from quotaplane.config._store import gc_paused
@@ -288,6 +292,58 @@ def _batched(b: Bench, threads: int, per_thread: int, batch: int) -> dict:
     }
 
 
+def _store_changes(b: Bench, threads: int, per_thread: int) -> dict:
+    """``threads`` threads each making ``per_thread`` admin changes through ``ConfigStore``, one client-quota
+    alteration per ``alter_client_quotas`` call (its own entity and request id), with fsync: what the
+    controller's admin path sustains. A change counts once its call returned, i.e. once it is durable."""
+    directory = b.root / f"store-{threads}"
+    calls = [
+        [
+            ClientQuotaAlteration(
+                {"user": f"tenant-{t}", "client-id": f"producer-{j}"}, [("producer_byte_rate", 1e6 + j)]
+            )
+            for j in range(per_thread)
+        ]
+        for t in range(threads)
+    ]
+    latencies: list[float] = []
+    barrier = threading.Barrier(threads + 1)
+    with ConfigStore.open(directory) as store:
+
+        def worker(t: int) -> None:
+            own = []
+            barrier.wait()
+            for j, alteration in enumerate(calls[t]):
+                s = time.perf_counter()
+                [result] = store.alter_client_quotas(
+                    [alteration], now_ms=T0 + j, principal="User:admin", request_id=f"bench-{t}-{j}"
+                )
+                own.append(time.perf_counter() - s)
+                assert result.ok, result
+            latencies.extend(own)
+
+        workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - t0
+        frames = sum(len(s.bases) for s in store.log._segments)
+        assert store.end_offset == threads * per_thread
+    shutil.rmtree(directory)
+    total = threads * per_thread
+    return {
+        "threads": threads,
+        "changes": total,
+        "changes_per_s": round(total / elapsed),
+        "frames_fsynced": frames,
+        "changes_per_frame": round(total / frames, 2),
+        "latency": percentiles_ms(latencies),
+    }
+
+
 def appends(b: Bench) -> dict:
     return {
         "events_per_append": 1,
@@ -296,6 +352,8 @@ def appends(b: Bench) -> dict:
         "sixteen_threads": _appends(b, 16, 20 if b.quick else 500),
         "sixteen_threads_ten_events": _batched(b, 16, 5 if b.quick else 100, 10),
         "sixteen_threads_pipelined": _pipelined(b, 16, 20 if b.quick else 1000, 8),
+        "store_one_thread": _store_changes(b, 1, 100 if b.quick else 1000),
+        "store_sixteen_threads": _store_changes(b, 16, 20 if b.quick else 250),
     }
 
 

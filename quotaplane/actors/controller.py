@@ -5,6 +5,12 @@ store's (Kafka's AlterClientQuotas, IncrementalAlterConfigs, the client-metrics 
 history); a write is validated, appended and fsynced before the call returns, so what a caller saw
 acknowledged survives any crash.
 
+**Concurrency.** It is a threaded actor (``max_concurrency``, default :data:`DEFAULT_MAX_CONCURRENCY`):
+concurrent writes are decided one after another on the store's working state, then wait for the log
+together, so they share one frame and one fsync (``ConfigStore`` pipelines them); reads and catch-ups
+are answered meanwhile. Nothing else serialises a write: the push after it is handed to whichever
+thread is pushing already (``_publish``), so an answer never waits for another write's push.
+
 **Streaming to shards.** After each commit the controller pushes the new events to every subscribed
 shard as ``(base_offset, EventColumns payload bytes)``, read back from the log (so a push is byte for
 byte what the log holds), in offset order, and does not wait for the shards: a slow or restarting shard
@@ -56,6 +62,7 @@ from ._resources import check_resources
 
 __all__ = [
     "DEFAULT_CONTROLLER_NAME",
+    "DEFAULT_MAX_CONCURRENCY",
     "ConfigController",
     "ImageSnapshot",
     "OffsetOutOfRangeError",
@@ -65,6 +72,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTROLLER_NAME = "quotaplane-controller"
+#: Concurrent calls the actor runs (threads): enough for the admin writes of a busy cluster to share
+#: fsyncs (16 in flight at once) with room for the shards' reads and catch-ups beside them.
+DEFAULT_MAX_CONCURRENCY = 32
 SUBSCRIBERS_FILE = "subscribers.json"
 #: Payloads above this go to the object store once and are passed by reference to every subscriber.
 _INLINE_PAYLOAD_BYTES = 64 * 1024
@@ -133,8 +143,9 @@ def _open_store(directory: Path, *, fsync: bool, segment_bytes: int, lock_timeou
 class ConfigController:
     """The single writer of one config log, and the publisher of its events to the shards.
 
-    Thread-safe (``ConfigStore`` serialises writes; group commit lets concurrent appends share an
-    fsync): it runs as a threaded Ray actor so that reads and catch-ups are answered during a commit.
+    Thread-safe (``ConfigStore`` decides writes one at a time and lets concurrent ones share an fsync):
+    it runs as a threaded Ray actor so that concurrent writes are pipelined and reads and catch-ups are
+    answered during a commit.
     The admin calls are :class:`~quotaplane.config.ConfigAdmin`'s, forwarded to the store by name; writes
     take ``now_ms`` from the caller, or the controller's wall clock when it is None.
     """
@@ -151,7 +162,8 @@ class ConfigController:
         self._store = _open_store(
             self.data_dir, fsync=fsync, segment_bytes=segment_bytes, lock_timeout_s=lock_timeout_s
         )
-        self._publish_lock = threading.Lock()
+        self._publish_lock = threading.Lock()  # held while pushing, and while the subscribers change
+        self._publish_wanted = False  # a commit not pushed yet: whoever holds _publish_lock pushes it too
         self._published = self._store.end_offset  # events below this were pushed (or predate every subscriber)
         self._subscribers: dict[str, _Subscriber] = {}
         self._started_ms = wall_clock_ms()
@@ -182,18 +194,22 @@ class ConfigController:
                 else:
                     for base, payload in batches:
                         shard.apply_batch.remote(base, payload)
-            return end
+        self._drain_publish()  # a commit handed to us while we held the lock
+        return end
 
     def unsubscribe(self, shard: Any, *, name: str | None = None, namespace: str | None = None) -> bool:
         with self._publish_lock:
             removed = self._subscribers.pop(_subscriber_key(shard, name, namespace), None) is not None
             if removed and name is not None:
                 self._save_subscribers()
-            return removed
+        self._drain_publish()
+        return removed
 
     def subscribers(self) -> list[str]:
         with self._publish_lock:
-            return sorted(self._subscribers)
+            names = sorted(self._subscribers)
+        self._drain_publish()
+        return names
 
     def _save_subscribers(self) -> None:
         named = [{"name": s.name, "namespace": s.namespace} for s in self._subscribers.values() if s.name is not None]
@@ -231,22 +247,41 @@ class ConfigController:
         ]
 
     def _publish(self) -> None:
-        """Push the events appended since the last push to every subscriber, fire and forget, in order."""
-        with self._publish_lock:
-            end = self._store.end_offset
-            if end <= self._published:
-                return
-            batches = self._read(self._published, end)
-            self._published = end
-            if not self._subscribers:
-                return
-            shared = [
-                (base, ray.put(payload) if len(payload) > _INLINE_PAYLOAD_BYTES else payload)
-                for base, payload in batches
-            ]
-            for subscriber in self._subscribers.values():
-                for base, payload in shared:
-                    subscriber.handle.apply_batch.remote(base, payload)
+        """Push the events committed since the last push to every subscriber, fire and forget, in order.
+
+        Writes committed together finish together: the first to get here pushes every one of them, and a
+        writer that finds a push under way leaves its events to that thread (which looks again before
+        it lets go) instead of waiting for it, so its answer is not delayed by another write's push."""
+        self._publish_wanted = True
+        self._drain_publish()
+
+    def _drain_publish(self) -> None:
+        """Push while a commit is waiting to be pushed and no other thread is pushing. Whoever holds
+        ``_publish_lock`` calls this after letting go of it, so a hand-off is never lost."""
+        while self._publish_wanted and self._publish_lock.acquire(blocking=False):
+            try:
+                while self._publish_wanted:
+                    self._publish_wanted = False
+                    self._push_committed()
+            except Exception:  # the writes are durable and answered; shards catch up on the next push or notify
+                log.exception("pushing new events to the shards failed")
+            finally:
+                self._publish_lock.release()
+
+    def _push_committed(self) -> None:
+        end = self._store.end_offset  # the committed image's: only durable events are ever pushed
+        if end <= self._published:
+            return
+        batches = self._read(self._published, end)
+        self._published = end
+        if not self._subscribers:
+            return
+        shared = [
+            (base, ray.put(payload) if len(payload) > _INLINE_PAYLOAD_BYTES else payload) for base, payload in batches
+        ]
+        for subscriber in self._subscribers.values():
+            for base, payload in shared:
+                subscriber.handle.apply_batch.remote(base, payload)
 
     def _write(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("now_ms") is None:
@@ -254,10 +289,7 @@ class ConfigController:
         try:
             return fn(*args, **kwargs)
         finally:
-            try:
-                self._publish()
-            except Exception:  # the write is durable and answered; shards catch up on the next push or notify
-                log.exception("pushing new events to the shards failed")
+            self._publish()
 
     # --- admin calls -------------------------------------------------------------------------------------
     def _admin(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -327,7 +359,7 @@ def start_controller(
     name: str = DEFAULT_CONTROLLER_NAME,
     namespace: str | None = None,
     detached: bool = False,
-    max_concurrency: int = 8,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     fsync: bool = True,
     segment_bytes: int = 16 * 1024 * 1024,
     resources: Mapping[str, float] | None = None,
@@ -338,6 +370,9 @@ def start_controller(
     ``max_restarts=-1``: Ray restarts it after a crash and it reopens the same directory. Calls are not
     retried by Ray (``max_task_retries=0``): a write that was in flight may or may not be in the log, and
     the caller retries it with the same ``request_id`` to have it applied once.
+
+    ``max_concurrency``: the calls it runs at once (threads); concurrent writes share fsyncs, so it bounds
+    the admin throughput (see :data:`DEFAULT_MAX_CONCURRENCY`).
 
     Placement: it asks for no CPU, so by default Ray puts it on the node that creates it, and may restart
     it on any node. ``resources`` (Ray custom resources, e.g. ``{"quotaplane_controller": 1}``) limits it,

@@ -7,6 +7,8 @@ id): that answers "which change set alice's quota?" without rereading the log, a
 the history's last word for each key. It also remembers the most recent request ids, so a retried admin
 request is applied once.
 
+The writer's view ahead of the log (the image plus events not yet durable) is ``_working_image``.
+
 Offsets are Kafka's convention: 0-based, and an image's ``end_offset`` is the offset of the next event
 it expects (so ``end_offset`` events have been applied; a snapshot at ``end_offset`` k holds the image
 of the first k events).
@@ -22,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import islice
 from typing import Final
 
 from ..v1 import config_events_pb2 as pb
 from ._client_quotas import EntityKey, entity_key
-from ._columns import KIND_CLIENT_METRICS, KIND_CLIENT_QUOTA, KIND_CONFIG, entity_id, entity_of
+from ._columns import KIND_CLIENT_METRICS, KIND_CLIENT_QUOTA, KIND_CONFIG, entity_id, entity_of, record_entity_id
 from ._dynamic_configs import ConfigResourceType
 from ._records import client_metrics_configs, client_metrics_event, client_quota_event, config_event, record_entity
 
@@ -121,6 +124,11 @@ class ConfigDelta:
 RequestSpan = int | tuple[int, int]
 
 
+#: ``entity_id`` of an entity key, cached: an admin change looks its entity up on the working state and
+#: the committed image, and a fleet has far fewer entities than changes.
+_entity_id = lru_cache(maxsize=1 << 16)(entity_id)
+
+
 def _span(first: int, last: int) -> RequestSpan:
     return first if first == last else (first, last)
 
@@ -174,7 +182,7 @@ class ConfigImage:
     def client_quota(self, entity: EntityKey | Mapping[str, str | None]) -> dict[str, float]:
         """The quotas set on exactly this entity (empty if none)."""
         key = entity if isinstance(entity, tuple) else entity_key(entity)
-        return {quota_key: cell[0] for quota_key, cell in self._quotas.get(entity_id(key), {}).items()}
+        return {quota_key: cell[0] for quota_key, cell in self._quotas.get(_entity_id(key), {}).items()}
 
     def client_metrics(self) -> dict[str, dict[str, str]]:
         """Every client-metrics resource with its configs as set (copies)."""
@@ -195,7 +203,7 @@ class ConfigImage:
         """The event that set the live value under ``key`` (see :data:`ConfigKey`), or None."""
         if key and key[0] == QUOTA:
             _, entity, quota_key = key
-            cell = self._quotas.get(entity_id(entity), {}).get(quota_key)
+            cell = self._quotas.get(_entity_id(entity), {}).get(quota_key)
             return None if cell is None else Provenance(*cell[1:])
         found = self._other_provenance.get(key)
         return None if found is None else Provenance(*found)
@@ -274,7 +282,7 @@ class ConfigImage:
             record = event.client_quota
             entity = record_entity(record)
             new = None if record.remove else record.value
-            old = self._set_quota(entity_id(entity), record.key, new, provenance)
+            old = self._set_quota(record_entity_id(record), record.key, new, provenance)
             return ClientQuotaChange(entity, record.key, old, new) if old != new else None
         if kind == "client_metrics":
             return self._apply_client_metrics(event.client_metrics, provenance)

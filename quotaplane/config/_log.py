@@ -431,7 +431,11 @@ class EventLog:
 
     @property
     def end_offset(self) -> int:
-        """The next offset to be assigned: the number of events ever appended (Kafka's log end offset)."""
+        """The end of what is durable (Kafka's log end offset): every event below it is written and fsynced.
+
+        Appends submitted and not yet acknowledged get offsets at or above it and are not counted until
+        their frame is fsynced, so ``read`` / ``read_batches`` (and whoever follows the log through them)
+        never see an event that could still be lost."""
         return self._end_offset
 
     @property

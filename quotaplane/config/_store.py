@@ -1,9 +1,21 @@
 """ConfigStore: the event log, the image it replays into, snapshots, and the admin operations on top.
 
-This is the single writer of a config log (the ConfigController actor wraps one): an admin request is
-planned against the image (validated the way Kafka's controller does), its records are stamped with the
-commit time, the principal and the request id, appended to the log (written and fsynced: group commit),
-and only then applied to the image and answered. A change that fails validation appends nothing.
+This is the single writer of a config log (the ConfigController actor wraps one). It pipelines changes
+as Kafka's KRaft controller does: under the store's lock an admin request is planned against the
+*working* state (the committed image with every change still in flight on top, ``WorkingImage``),
+validated the way Kafka's controller does, its records stamped with the commit time, the principal and
+the request id, submitted to the log (``EventLog.submit``: offsets assigned now, in the order they will
+be on disk) and put on the working state; the lock is released, and the caller waits for the log's
+acknowledgement (written and fsynced) outside it, so concurrent requests share one frame and one fsync.
+Once durable, the records are applied to the *committed* image in offset order (listeners see each
+delta then) and the request is answered. A change that fails validation submits nothing; one whose
+answer needs no records (validate-only, a no-op, a retried request id) is answered once every change
+it was decided on is durable.
+
+Readers (describe, snapshots, ``end_offset``, the controller's pushes and ``read_from``) see only the
+committed image: never a change that is not durable. If the log fails to write or fsync, every change in
+flight fails with that error, none becomes visible, and the store takes no more changes
+(``EventLogFailedError``) until it is reopened, which recovers what is on disk.
 
 Opening replays the newest valid snapshot and then the log's tail; a snapshot that does not verify is
 skipped (and said so), never trusted. ``image_at`` / ``image_at_time`` rebuild any past image, and
@@ -18,6 +30,7 @@ import inspect
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +52,14 @@ from ._admin import (
     plan_alter_client_quotas,
     plan_incremental_alter_configs,
 )
-from ._client_quotas import EntityKey, Resolver, entity_key
+from ._client_quotas import EntityKey, Resolver, entity_key, validate_string
 from ._dynamic_configs import ConfigResourceType
 from ._image import DEFAULT_MAX_APPLIED_REQUESTS, ConfigDelta, ConfigImage
-from ._log import EventLog
+from ._log import EventLog, PendingAppend
+from ._log_errors import EventLogClosedError, EventLogFailedError
 from ._records import client_metrics_configs, record_entity
 from ._snapshot_file import list_snapshots, read_snapshot_batches, write_snapshot
+from ._working_image import ImageReader, WorkingImage
 
 __all__ = [
     "ANONYMOUS",
@@ -82,6 +97,15 @@ class HistoryEntry:
 
 
 DeltaListener = Callable[[ConfigDelta], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    """A request's records, submitted to the log and on the working state, not yet on the committed image."""
+
+    append: PendingAppend
+    first_offset: int
+    records: list[pb.Event]
 
 
 # --- the admin interface -------------------------------------------------------------------------
@@ -237,8 +261,13 @@ def _forwarder(cls: type, name: str, via: str, defaults: Mapping[str, object]) -
 
 
 class ConfigStore(ConfigAdmin):
-    """The config log's single writer and its replayed image (thread-safe: one change at a time); the
-    :class:`ConfigAdmin` methods' documentation is the protocol's."""
+    """The config log's single writer and its replayed image; the :class:`ConfigAdmin` methods'
+    documentation is the protocol's.
+
+    Thread-safe: changes are decided one at a time (the lock) and made durable together (group commit).
+    ``image`` is the committed image (only durable changes); read it under ``image_copy`` from other
+    threads. A change's call returns once it is durable and on ``image``.
+    """
 
     def __init__(
         self,
@@ -256,6 +285,9 @@ class ConfigStore(ConfigAdmin):
         self._fsync = fsync
         self._lock = threading.RLock()
         self._listeners: list[DeltaListener] = []
+        self._working = WorkingImage(image)  # what the next change is decided on
+        self._in_flight: deque[_InFlight] = deque()  # submitted, not yet on ``image``, in offset order
+        self._failure: BaseException | None = None  # a change failed to become durable: no more changes
 
     @classmethod
     def open(
@@ -301,47 +333,108 @@ class ConfigStore(ConfigAdmin):
             return self.image.copy()
 
     def subscribe(self, listener: DeltaListener) -> None:
-        """Call ``listener(delta)`` for every event applied from now on (in offset order)."""
+        """Call ``listener(delta)`` for every event applied to the committed image from now on (in offset
+        order, once durable, under the store's lock, on whichever waiting thread applies it). A listener
+        that raises is logged: the change is durable and its caller answered regardless."""
         with self._lock:
             self._listeners.append(listener)
 
     # --- writing ---------------------------------------------------------------------------------
-    def _commit(self, plan: Plan, *, validate_only: bool, now_ms: int, principal: str, request_id: str) -> list[Result]:
-        if validate_only or not plan.records:
-            return plan.results
-        commit_time = max(int(now_ms), self.image.last_commit_time_ms)  # commit times never decrease
-        for event in plan.records:
-            event.commit_time_ms = commit_time
-            event.principal = principal
-            event.request_id = request_id
-        last = self.log.append(plan.records)  # durable on return
-        first = last - len(plan.records) + 1
-        if first != self.image.end_offset:  # another writer? the lock file makes this impossible
-            raise RuntimeError(f"the log assigned offset {first}, the image expected {self.image.end_offset}")
-        for offset, event in enumerate(plan.records, first):
-            delta = self.image.apply(offset, event)
-            for listener in self._listeners:
-                listener(delta)
-        return plan.results
-
     def _run(
         self,
-        planner: Callable[[ConfigImage], Plan],
+        planner: Callable[[ImageReader], Plan],
         *,
         validate_only: bool,
         now_ms: int,
         principal: str,
         request_id: str,
     ) -> list[Result]:
+        """Decide the change on the working state and submit it (under the lock), then answer once it is
+        durable (outside it): concurrent changes share a frame and an fsync."""
         _check_request_id(request_id)
+        validate_string(principal, "principal")  # the audit trail holds only what a Kafka client can read back
         with self._lock:
-            plan = planner(self.image)
-            if request_id and self.image.applied_request(request_id) is not None:
-                # a retry of a request already in the log: answer it again, change nothing
-                return plan.results
-            return self._commit(
-                plan, validate_only=validate_only, now_ms=now_ms, principal=principal, request_id=request_id
+            self._check_writable()
+            plan = planner(self._working)
+            retry = bool(request_id) and self._working.applied_request(request_id) is not None
+            if validate_only or not plan.records or retry:
+                # Nothing to write (a retry of a request already in the log is answered again and changes
+                # nothing), but the answer was decided on the working state: it is given once that is
+                # durable, as Kafka's controller answers a write without records at the offset it read.
+                awaited = self._in_flight[-1].append if self._in_flight else None
+            else:
+                awaited = self._submit(plan.records, now_ms=now_ms, principal=principal, request_id=request_id)
+        if awaited is not None:
+            self._await(awaited)
+        return plan.results
+
+    def _check_writable(self) -> None:
+        if self._failure is not None:
+            error = EventLogFailedError(
+                f"{self.directory}: the config store takes no more changes: a change failed to become durable "
+                f"({self._failure}); reopen the store to recover what is on disk"
             )
+            error.__cause__ = self._failure
+            raise error
+
+    def _submit(self, records: list[pb.Event], *, now_ms: int, principal: str, request_id: str) -> PendingAppend:
+        """Stamp and submit ``records`` and put them on the working state (the lock held)."""
+        working = self._working
+        commit_time = max(int(now_ms), working.last_commit_time_ms)  # commit times never decrease
+        for event in records:
+            event.commit_time_ms = commit_time
+            event.principal = principal
+            event.request_id = request_id
+        pending = self.log.submit(records)  # raises (closed, failed) before anything changed
+        first = pending.first_offset
+        try:
+            if first != working.end_offset:  # another writer? the lock file makes this impossible
+                raise RuntimeError(f"the log assigned offset {first}, the working state expected {working.end_offset}")
+            for offset, event in enumerate(records, first):
+                working.apply(offset, event)
+        except BaseException as exc:  # the working state no longer follows the log: decide nothing more
+            self._failure = exc
+            raise
+        self._in_flight.append(_InFlight(pending, first, records))
+        return pending
+
+    def _await(self, pending: PendingAppend) -> None:
+        """Wait (no lock held) until ``pending`` is durable, then bring the committed image up to it. If it
+        fails, so did every change after it: the store drops them all and takes no more changes."""
+        try:
+            pending.wait()
+        except BaseException as exc:
+            with self._lock:
+                self._fail(exc)
+            raise
+        if self.image.end_offset > pending.last_offset:
+            return  # another waiter of the round applied it already (the committed image only grows)
+        with self._lock:
+            self._apply_durable()
+
+    def _apply_durable(self) -> None:
+        """Apply the durable head of the in-flight queue to the committed image, in offset order (the lock
+        held). Rounds are written in order, so whatever is durable is a prefix of the queue."""
+        in_flight = self._in_flight
+        while in_flight and in_flight[0].append.durable:
+            change = in_flight.popleft()
+            for offset, event in enumerate(change.records, change.first_offset):
+                delta = self.image.apply(offset, event)
+                for listener in self._listeners:
+                    try:
+                        listener(delta)
+                    except Exception:
+                        log.exception("config listener %r failed on the event at offset %d", listener, offset)
+        self._working.forget_committed()
+
+    def _fail(self, error: BaseException) -> None:
+        """A wait failed (the lock held): what became durable before it is applied, the rest is dropped
+        (the log wrote none of it and takes no more), and the store refuses later changes."""
+        self._apply_durable()
+        self._in_flight.clear()
+        self._working.reset()
+        if self._failure is None and not isinstance(error, EventLogClosedError):
+            self._failure = error
 
     def alter_client_quotas(
         self,
@@ -408,12 +501,15 @@ class ConfigStore(ConfigAdmin):
     def delete_client_metrics(
         self, name: str, *, now_ms: int, principal: str = ANONYMOUS, request_id: str = ""
     ) -> Result:
-        current = self.image.client_metrics_resource(name) or {}
-        ops = [AlterConfigOp(key, OpType.DELETE) for key in sorted(current)]
         resource = ConfigResource(ConfigResourceType.CLIENT_METRICS, name)
-        return self.incremental_alter_configs(
-            [(resource, ops)], now_ms=now_ms, principal=principal, request_id=request_id
-        )[0]
+
+        def plan(image: ImageReader) -> Plan:  # the configs to delete are the working state's
+            current = image.client_metrics_resource(name) or {}
+            return plan_incremental_alter_configs(
+                image, [(resource, [AlterConfigOp(key, OpType.DELETE) for key in sorted(current)])]
+            )
+
+        return self._run(plan, validate_only=False, now_ms=now_ms, principal=principal, request_id=request_id)[0]
 
     # --- reading ---------------------------------------------------------------------------------
     def describe_client_quotas(
@@ -504,6 +600,7 @@ class ConfigStore(ConfigAdmin):
 def _check_request_id(request_id: str) -> None:
     if not isinstance(request_id, str) or len(request_id) > 256:
         raise InvalidRequestError("request_id must be a string of at most 256 characters")
+    validate_string(request_id, "request id")  # no lone surrogate: the log could not encode it
 
 
 def _list_value(value: str | Sequence[str]) -> str:
