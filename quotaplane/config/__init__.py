@@ -38,16 +38,27 @@ from ._client_quotas import (
     CLIENT_ID,
     CLIENT_QUOTA_KEYS,
     IP,
+    MAX_STRING_BYTES,
     USER,
     EntityKey,
     entity_key,
     entity_map,
     is_valid_ip_entity,
+    shown,
+    string_problem,
     validate_entity,
     validate_quota_key_value,
+    validate_string,
 )
 from ._columns import decode_columns, encode_events, entity_id, entity_of, events_of
-from ._dynamic_configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigResourceType, ConfigType
+from ._dynamic_configs import (
+    BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigResourceType,
+    ConfigType,
+    validate_config_strings,
+    validate_resource_name,
+)
 from ._image import (
     DEFAULT_MAX_APPLIED_REQUESTS,
     ClientMetricsChange,
@@ -97,6 +108,7 @@ __all__ = [
     "CONFIG_ADMIN_WRITES",
     "DEFAULT_MAX_APPLIED_REQUESTS",
     "IP",
+    "MAX_STRING_BYTES",
     "TOPIC_CONFIGS",
     "USER",
     "AlterConfigOp",
@@ -155,7 +167,12 @@ __all__ = [
     "plan_incremental_alter_configs",
     "record_entity",
     "records",
+    "shown",
     "startup_configs",
+    "string_problem",
+    "validate_config_strings",
     "validate_entity",
     "validate_quota_key_value",
+    "validate_resource_name",
+    "validate_string",
 ]

@@ -1,9 +1,10 @@
 """The admin operations, as Kafka's controller and brokers answer them, computed against an image.
 
-Each ``plan_*`` function is pure: it validates a request against a :class:`ConfigImage` and returns the
-records to append and the per-entity (or per-resource) results, without changing anything. The
-``ConfigStore`` appends the records, durably, and only then applies them and answers. Describe calls
-read the image.
+Each ``plan_*`` function is pure: it validates a request against an image (an :class:`ImageReader`: the
+``ConfigStore`` passes its working state, the committed image with the changes still in flight on top) and
+returns the records to append and the per-entity (or per-resource) results, without changing anything.
+The ``ConfigStore`` submits the records, and answers once they are durable. Describe calls read the
+committed image.
 
 Kafka's semantics carried over:
 
@@ -51,11 +52,14 @@ from ._dynamic_configs import (
     ConfigType,
     broker_config_spec,
     validate_broker_name,
+    validate_config_strings,
     validate_config_value,
+    validate_resource_name,
     validate_topic_name,
 )
 from ._image import ConfigImage
 from ._records import client_metrics_event, client_quota_event, config_event, record_entity
+from ._working_image import ImageReader
 
 __all__ = [
     "AlterConfigOp",
@@ -175,7 +179,7 @@ class ConfigEntry:
 
 # --- client quotas -------------------------------------------------------------------------------
 def plan_alter_client_quotas(
-    image: ConfigImage, alterations: Sequence[ClientQuotaAlteration], *, resolver: Resolver | None = None
+    image: ImageReader, alterations: Sequence[ClientQuotaAlteration], *, resolver: Resolver | None = None
 ) -> Plan:
     """Kafka's ``alterClientQuotas``: one result per alteration, records for the valid ones."""
     plan = Plan()
@@ -204,7 +208,7 @@ def plan_alter_client_quotas(
 
 
 def _alter_entity(
-    image: ConfigImage, entity: EntityKey, config_keys: Mapping, ops: Sequence[tuple[str, float | None]]
+    image: ImageReader, entity: EntityKey, config_keys: Mapping, ops: Sequence[tuple[str, float | None]]
 ) -> list[pb.Event]:
     alterations: dict[str, float | None] = {}
     for key, value in _quota_ops(ops):
@@ -292,7 +296,7 @@ def describe_client_quotas(
 
 # --- configs (BROKER, TOPIC, CLIENT_METRICS) ------------------------------------------------------
 def plan_incremental_alter_configs(
-    image: ConfigImage, resources: Sequence[tuple[ConfigResource, Sequence[AlterConfigOp]]]
+    image: ImageReader, resources: Sequence[tuple[ConfigResource, Sequence[AlterConfigOp]]]
 ) -> Plan:
     """Kafka's ``incrementalAlterConfigs``: one result per resource, records for the valid ones."""
     plan = Plan()
@@ -352,7 +356,7 @@ def _resource_type(resource: ConfigResource) -> ConfigResourceType:
         raise InvalidRequestError(f"Unknown resource type {resource.type}") from None
 
 
-def _current_configs(image: ConfigImage, rtype: ConfigResourceType, name: str) -> dict[str, str]:
+def _current_configs(image: ImageReader, rtype: ConfigResourceType, name: str) -> dict[str, str]:
     if rtype is ConfigResourceType.CLIENT_METRICS:
         return image.client_metrics_resource(name) or {}
     return image.configs(rtype, name)
@@ -385,17 +389,12 @@ def _java_split(value: str) -> list[str]:
     return parts
 
 
-def _alter_resource(image: ConfigImage, resource: ConfigResource, ops: Sequence[AlterConfigOp]) -> list[pb.Event]:
+def _alter_resource(image: ImageReader, resource: ConfigResource, ops: Sequence[AlterConfigOp]) -> list[pb.Event]:
     rtype = _resource_type(resource)
     name = resource.name
     if not isinstance(name, str):
         raise InvalidRequestError(f"Invalid resource name {name!r}: expected a string")
-    if rtype is ConfigResourceType.BROKER:
-        name = validate_broker_name(name)
-    elif rtype is ConfigResourceType.TOPIC:
-        validate_topic_name(name)
-    elif not name:
-        raise InvalidRequestError("Subscription name can't be empty")  # Kafka's ClientMetricsConfigs.validate
+    name = validate_resource_name(rtype, name)  # a broker id, a topic, or a non-empty Kafka string
     if isinstance(ops, str | bytes) or not isinstance(ops, Iterable):
         raise InvalidRequestError(f"Invalid config ops {ops!r} for resource {name!r}: expected AlterConfigOps")
     current = _current_configs(image, rtype, name)
@@ -405,6 +404,7 @@ def _alter_resource(image: ConfigImage, resource: ConfigResource, ops: Sequence[
             raise InvalidRequestError(f"Invalid config op {op!r} for resource {name!r}: expected an AlterConfigOp")
         if not isinstance(op.name, str):
             raise InvalidRequestError(f"Invalid config name {op.name!r} for resource {name!r}: expected a string")
+        validate_config_strings(op.name, op.value if isinstance(op.value, str) else None)
         if op.name in changed:
             raise InvalidRequestError(f"Duplicate config key {op.name} for resource {name!r}")
         if op.op != OpType.DELETE and op.op in tuple(OpType):

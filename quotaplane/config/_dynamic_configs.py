@@ -14,6 +14,12 @@ Values are validated as Kafka's ``ConfigDef`` parses them (trimmed; ``Not a numb
 ``Value must be at least 0``), and rejected with INVALID_CONFIG naming the config. Kafka's controller
 leaves broker values to the brokers; quotaplane has no broker to reject a bad value later, so it checks
 them at the controller (a documented difference).
+
+Every resource name, config name and value must also be one Kafka can carry back (``validate_string``,
+the same rule as for client-quota entity names): at most 32,767 bytes of valid UTF-8.
+:func:`validate_resource_name` and :func:`validate_config_strings` are the checks every admin door calls;
+a resource name that fails is INVALID_REQUEST (INVALID_TOPIC_EXCEPTION for a topic, as ``Topic.validate``
+answers), a config name or value INVALID_CONFIG, as Kafka answers a config it cannot accept.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from ..quota import (
     parse_max_connections_per_ip_overrides,
     parse_throttled_replicas,
 )
+from ._client_quotas import _quoted, validate_string
 
 __all__ = [
     "BROKER_CONFIGS",
@@ -43,7 +50,9 @@ __all__ = [
     "broker_config_spec",
     "parse_config_value",
     "validate_broker_name",
+    "validate_config_strings",
     "validate_config_value",
+    "validate_resource_name",
     "validate_topic_name",
 ]
 
@@ -247,15 +256,47 @@ def parse_config_value(spec: ConfigKeySpec, value: str) -> object:
 
 def validate_config_value(resource_type: ConfigResourceType, name: str, value: str | None) -> None:
     """Check one broker or topic config (None = deleted); INVALID_CONFIG with the config's name."""
-    if not isinstance(name, str):
-        raise InvalidRequestError(f"Invalid config name {name!r}: expected a string")
+    validate_config_strings(name, value)
     specs = TOPIC_CONFIGS if resource_type is ConfigResourceType.TOPIC else None
     spec = specs.get(name) if specs is not None else broker_config_spec(name)
     if spec is None:
         kind = "topic" if resource_type is ConfigResourceType.TOPIC else "broker"
-        raise InvalidConfigurationError(f"Unknown {kind} config {name}: quotaplane keeps {_known(resource_type)}")
+        raise InvalidConfigurationError(
+            f"Unknown {kind} config {_quoted(name)}: quotaplane keeps {_known(resource_type)}"
+        )
     if value is not None:
         parse_config_value(spec, value)
+
+
+def validate_config_strings(name: object, value: object) -> None:
+    """A config name, and its value unless None (a deletion), as Kafka strings: INVALID_CONFIG naming them.
+
+    The string rule only; :func:`validate_config_value` (broker and topic configs) and the client-metrics
+    validation check the names and values themselves.
+    """
+    if not isinstance(name, str):
+        raise InvalidRequestError(f"Invalid config name {name!r}: expected a string")
+    validate_string(name, "config name", InvalidConfigurationError)
+    if value is not None:
+        validate_string(value, f"value for configuration {_quoted(name)}", InvalidConfigurationError)
+
+
+def validate_resource_name(resource_type: ConfigResourceType, name: object) -> str:
+    """A config resource's name as Kafka validates it for its type; the name in canonical form.
+
+    BROKER: ``validate_broker_name``; TOPIC: ``validate_topic_name`` (INVALID_TOPIC_EXCEPTION); CLIENT_METRICS:
+    non-empty (Kafka's ``ClientMetricsConfigs.validate``) and a Kafka string (INVALID_REQUEST).
+    """
+    if resource_type is ConfigResourceType.BROKER:
+        return validate_broker_name(name)  # type: ignore[arg-type]
+    if resource_type is ConfigResourceType.TOPIC:
+        validate_topic_name(name)  # type: ignore[arg-type]
+        return name  # type: ignore[return-value]
+    if not isinstance(name, str):
+        raise InvalidRequestError(f"Invalid resource name {name!r}: expected a string")
+    if not name:
+        raise InvalidRequestError("Subscription name can't be empty")
+    return validate_string(name, "client metrics resource name")
 
 
 def _known(resource_type: ConfigResourceType) -> str:
@@ -291,11 +332,12 @@ def validate_topic_name(name: str) -> None:
     if not name:
         raise InvalidRequestError("Default topic resources are not allowed.")
     reason = None
+    named = _quoted(name)  # Kafka's messages quote the name; one Kafka could not carry is escaped and cut
     if name in (".", ".."):
         reason = f"'{name}' is not allowed"
     elif len(name) > 249:
-        reason = f"the length of '{name}' is longer than the max allowed length 249"
+        reason = f"the length of '{named}' is longer than the max allowed length 249"
     elif not _LEGAL_TOPIC.fullmatch(name):
-        reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+        reason = f"'{named}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
     if reason is not None:
         raise InvalidTopicError(f"Topic name is invalid: {reason}")  # Kafka's Topic.validate

@@ -7,6 +7,10 @@ a gRPC status with a one-line message (:data:`ADMIN_ERRORS`): INVALID_ARGUMENT f
 error code in the ``x-kafka-error-code`` trailer), UNAVAILABLE when the log is closed or has failed or the
 controller cannot be reached, OUT_OF_RANGE / FAILED_PRECONDITION when the events asked about were deleted,
 INTERNAL otherwise (logged here, with its traceback, not sent).
+
+Before anything else, every string of a request (and the caller's principal) must be one Kafka can carry
+back (``_limits``): a request holding one that is not is INVALID_ARGUMENT naming the field, and nothing is
+written.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from quotaplane.config import (
     HistoryCompactedError,
     OffsetOutOfRangeError,
     describe_client_quotas,
+    shown,
+    string_problem,
     validate_entity,
 )
 from quotaplane.errors import ApiError, Errors
@@ -38,6 +44,7 @@ from .._security import ServerSecurity
 from ..grpcutil import ErrorStatus, StatusRule, Trailers, start_server
 from ._backend import BackendUnavailableError
 from ._convert import entity_pairs, filter_components, history_value, quota_entries, result_fields
+from ._limits import lenient, request_problem
 
 __all__ = [
     "ADMIN_ERRORS",
@@ -105,15 +112,28 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @staticmethod
     def _principal(context: grpc.ServicerContext) -> str:
+        """The caller's principal; INVALID_ARGUMENT if it is not one Kafka could carry (it is logged)."""
         for key, value in context.invocation_metadata() or ():
             if key == PRINCIPAL_METADATA and isinstance(value, str) and value.strip():
-                return value.strip()
+                principal = value.strip()
+                problem = string_problem(principal)
+                if problem is not None:
+                    raise _BadRequest(f"{PRINCIPAL_METADATA} '{shown(principal)}': {problem}")
+                return principal
         return ANONYMOUS
+
+    @staticmethod
+    def _admit(request: object) -> None:
+        """Refuse a request holding a string Kafka could not carry back (INVALID_ARGUMENT naming it)."""
+        problem = request_problem(request)  # type: ignore[arg-type]
+        if problem is not None:
+            raise _BadRequest(problem)
 
     @ADMIN_ERRORS.unary
     def AlterClientQuotas(
         self, request: pb.AlterClientQuotasRequest, context: grpc.ServicerContext
     ) -> pb.AlterClientQuotasResponse:
+        self._admit(request)
         alterations = [
             ClientQuotaAlteration(
                 entity_pairs(entry.entity),
@@ -139,6 +159,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def DescribeClientQuotas(
         self, request: pb.DescribeClientQuotasRequest, context: grpc.ServicerContext
     ) -> pb.DescribeClientQuotasResponse:
+        self._admit(request)
         found = self._backend.describe_client_quotas(filter_components(request.components), strict=request.strict)
         return pb.DescribeClientQuotasResponse(entries=quota_entries(found))
 
@@ -146,6 +167,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def IncrementalAlterConfigs(
         self, request: pb.IncrementalAlterConfigsRequest, context: grpc.ServicerContext
     ) -> pb.IncrementalAlterConfigsResponse:
+        self._admit(request)
         resources = []
         for r in request.resources:
             # codes go to the backend as they are (OpType is an IntEnum): an unknown operation fails its
@@ -174,6 +196,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def DescribeConfigs(
         self, request: pb.DescribeConfigsRequest, context: grpc.ServicerContext
     ) -> pb.DescribeConfigsResponse:
+        self._admit(request)
         result_type = pb.DescribeConfigsResponse.DescribeConfigsResult
         entry_type = pb.DescribeConfigsResponse.DescribeConfigsResourceResult
         results = []
@@ -205,6 +228,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def ListClientMetricsResources(
         self, request: pb.ListClientMetricsResourcesRequest, context: grpc.ServicerContext
     ) -> pb.ListClientMetricsResourcesResponse:
+        self._admit(request)
         resource_type = pb.ListClientMetricsResourcesResponse.ClientMetricsResource
         return pb.ListClientMetricsResourcesResponse(
             client_metrics_resources=[
@@ -216,12 +240,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def GetLogOffsets(
         self, request: pb.GetLogOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.GetLogOffsetsResponse:
+        self._admit(request)
         return pb.GetLogOffsetsResponse(start_offset=self._backend.start_offset, end_offset=self._backend.end_offset)
 
     @ADMIN_ERRORS.unary
     def EntityHistory(
         self, request: pb.EntityHistoryRequest, context: grpc.ServicerContext
     ) -> pb.EntityHistoryResponse:
+        self._admit(request)
         kind = request.WhichOneof("target")
         key = request.key if request.HasField("key") else None
         if kind == "entity":
@@ -262,6 +288,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def DescribeClientQuotasAt(
         self, request: pb.DescribeClientQuotasAtRequest, context: grpc.ServicerContext
     ) -> pb.DescribeClientQuotasAtResponse:
+        self._admit(request)
         if request.time_ms < 0:
             raise _BadRequest(f"time_ms must be >= 0 (ms since the epoch), got {request.time_ms}")
         components = filter_components(request.components)
@@ -275,8 +302,22 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 def add_admin_service(
     server: grpc.Server, backend: ConfigAdmin, *, clock: Callable[[], int] | None = None
 ) -> list[str]:
-    """Register the AdminService on ``server`` over ``backend``; the full service names."""
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(backend, clock=clock), server)
+    """Register the AdminService on ``server`` over ``backend``; the full service names.
+
+    As the generated ``add_AdminServiceServicer_to_server``, but each request is parsed by ``_limits.lenient``:
+    a string field that is not valid UTF-8 reaches the servicer as an ``Undecodable`` request, refused with
+    INVALID_ARGUMENT naming the field, instead of gRPC's bare INTERNAL.
+    """
+    servicer = AdminServicer(backend, clock=clock)
+    handlers = {}
+    for method in pb.DESCRIPTOR.services_by_name["AdminService"].methods:
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=lenient(getattr(pb, method.input_type.name)),
+            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     return [SERVICE_NAME]
 
 

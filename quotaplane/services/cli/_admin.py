@@ -4,6 +4,11 @@ Every admin command shares the connection options (``--bootstrap-server``, the p
 token) and one runner that turns every failure into one ``Error:`` line and an exit code: 1 for a request
 refused (by Kafka's rules, the tool's checks, or a missing or refused credential), 3 when the AdminService
 cannot be reached, never a traceback.
+
+Every text argument must be valid UTF-8: Python hands an undecodable byte of ``argv`` over as a lone
+surrogate (``surrogateescape``), which no Kafka string (nor protobuf) can carry, so such an argument is
+refused first, naming its option (exit 1). The error line itself is escaped (``escaped``) so that a message
+quoting a name with a newline still fits on one line.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from ._admin_client import AdminClient
 from ._configs import run_client_metrics, run_configs
 from ._entities import QUOTA_ENTITY_TYPES, add_entity_options
 from ._errors import EXIT_REFUSED, EXIT_UNREACHABLE, CliError
-from ._kafka_format import time_ms
+from ._kafka_format import escaped, time_ms
 from ._quotas import run_log, run_quotas
 
 __all__ = ["add_admin_commands", "run_admin"]
@@ -115,12 +120,56 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
     offsets.set_defaults(admin_handler=run_log, admin_parser=offsets)
 
 
+#: Arguments that are file paths (any bytes are a valid path) or the runner's own, not text for the service.
+_NOT_TEXT = frozenset({"tls_ca", "tls_cert", "tls_key", "command", "log_command", "admin_handler", "admin_parser"})
+#: Arguments sent as gRPC metadata, which carries printable ASCII only (gRPC core refuses anything else).
+_METADATA = frozenset({"principal", "token"})
+#: Arguments sent as one Kafka string each (``--add-config`` holds several: the service checks each value).
+_WHOLE_STRINGS = frozenset({"entity_names", "name", "client_metrics", "key", "metrics", "match", "interval"})
+
+
+def _check_text_arguments(args: argparse.Namespace) -> None:
+    """CliError naming the first text argument that is not valid UTF-8 (a byte argv could not decode), or
+    that is a name or value Kafka could not carry back (``quotaplane.config.string_problem``)."""
+    from quotaplane.config import string_problem
+
+    options: dict[str, list[str]] = {}
+    for action in args.admin_parser._actions:  # the parser's own record of which option fills which dest
+        options.setdefault(action.dest, action.option_strings)
+    for dest, value in vars(args).items():
+        if dest in _NOT_TEXT:
+            continue
+        for text in value if isinstance(value, list) else [value]:
+            if not isinstance(text, str):
+                continue
+            option = (options.get(dest) or [f"--{dest.replace('_', '-')}"])[0]
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                char = ord(text[e.start])
+                what = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
+                raise CliError(
+                    f"argument {option}: not valid UTF-8 ({what} at character {e.start} of '{text}')"
+                ) from None
+            problem = string_problem(text) if dest in _WHOLE_STRINGS else None
+            if problem is not None:
+                raise CliError(f"argument {option}: {problem}")
+            if dest in _METADATA and not all(" " <= c <= "~" for c in text):
+                shown = "the value" if dest == "token" else f"'{text}'"  # a token is a secret: never echoed
+                raise CliError(f"argument {option}: {shown} is not printable ASCII, all gRPC metadata can carry")
+
+
 def run_admin(args: argparse.Namespace) -> int:
     """Run an admin command: its errors become one line on stderr and an exit code, never a traceback."""
     import grpc
 
     from quotaplane.services._security import ClientSecurity
 
+    try:
+        _check_text_arguments(args)
+    except CliError as e:
+        print(f"Error: {escaped(str(e))}", file=sys.stderr)
+        return EXIT_REFUSED
     try:
         security = ClientSecurity.load(
             ca_file=args.tls_ca, cert_file=args.tls_cert, key_file=args.tls_key, token=args.token
@@ -132,11 +181,11 @@ def run_admin(args: argparse.Namespace) -> int:
     try:
         return args.admin_handler(args.admin_parser, args, admin)
     except CliError as e:
-        print(f"Error: {e}", file=sys.stderr)
+        print(f"Error: {escaped(str(e))}", file=sys.stderr)
         return EXIT_REFUSED
     except grpc.RpcError as e:
         code = e.code() if isinstance(e, grpc.Call) else None
-        details = ((e.details() if isinstance(e, grpc.Call) else None) or str(code)).splitlines()[0]
+        details = escaped((e.details() if isinstance(e, grpc.Call) else None) or str(code))
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             print(f"Error: cannot reach the admin service at {admin.address}: {details}", file=sys.stderr)
             return EXIT_UNREACHABLE

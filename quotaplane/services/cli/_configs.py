@@ -13,7 +13,7 @@ import uuid
 from ._admin_client import AdminClient, check_result
 from ._entities import entity_pairs
 from ._errors import CliError
-from ._kafka_format import split_configs
+from ._kafka_format import escaped, split_configs
 
 __all__ = ["run_client_metrics", "run_configs"]
 
@@ -41,7 +41,7 @@ def run_client_metrics(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error("--name is not valid with --list")
         listed = admin.list_client_metrics_resources(pb.ListClientMetricsResourcesRequest())
         for resource in listed.client_metrics_resources:
-            print(resource.name)
+            print(escaped(resource.name))
         return 0
     if args.describe:
         if args.name:
@@ -52,11 +52,11 @@ def run_client_metrics(parser: argparse.ArgumentParser, args: argparse.Namespace
         for name in names:
             configs = _client_metrics_configs(admin, name)
             if not configs:
-                print(f"The client metric resource {name} doesn't exist and doesn't have dynamic config.")
+                print(f"The client metric resource {escaped(name)} doesn't exist and doesn't have dynamic config.")
                 continue
-            print(f"Client metrics configs for {name} are:")
+            print(f"Client metrics configs for {escaped(name)} are:")
             for config in configs:
-                print(f"  {config.name}={config.value}")
+                print(f"  {escaped(config.name)}={escaped(config.value)}")
         return 0
     set_, delete = pb.ALTER_CONFIG_OP_TYPE_SET, pb.ALTER_CONFIG_OP_TYPE_DELETE
     Config = pb.IncrementalAlterConfigsRequest.AlterableConfig
@@ -65,7 +65,7 @@ def run_client_metrics(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error("--name must be specified with --delete")
         name = args.name
         configs = [Config(name=c.name, config_operation=delete) for c in _client_metrics_configs(admin, name)]
-        done = f"Deleted client metrics config for {name}."
+        done = f"Deleted client metrics config for {escaped(name)}."
     else:
         if bool(args.name) == bool(args.generate_name):
             parser.error("exactly one of --name or --generate-name must be specified with --alter")
@@ -77,7 +77,7 @@ def run_client_metrics(parser: argparse.ArgumentParser, args: argparse.Namespace
             for key, value in given.items()
             if value is not None
         ]
-        done = f"Altered client metrics config for {name}."
+        done = f"Altered client metrics config for {escaped(name)}."
     resource = pb.IncrementalAlterConfigsRequest.AlterConfigsResource(
         resource_type=pb.RESOURCE_TYPE_CLIENT_METRICS, resource_name=name, configs=configs
     )
@@ -167,9 +167,9 @@ def run_configs(parser: argparse.ArgumentParser, args: argparse.Namespace, admin
         if entity_type == "brokers" and not name:
             print("Default configs for brokers in the cluster are:")
         else:
-            print(f"Dynamic configs for {entity_type[:-1]} {name} are:")
+            print(f"Dynamic configs for {entity_type[:-1]} {escaped(name)} are:")
         for config in configs:
-            print(f"  {config.name}={config.value if config.HasField('value') else 'null'}")
+            print(f"  {escaped(config.name)}={escaped(config.value) if config.HasField('value') else 'null'}")
         return 0
     if not args.add_config and not args.delete_config:
         parser.error("At least one of --add-config or --delete-config must be specified with --alter")
@@ -193,7 +193,7 @@ def run_configs(parser: argparse.ArgumentParser, args: argparse.Namespace, admin
     for result in response.responses:
         _check_config_result(result.error_code, result.error_message)
     if name:
-        print(f"Completed updating config for {entity_type[:-1]} {name}.")
+        print(f"Completed updating config for {entity_type[:-1]} {escaped(name)}.")
     else:
         print(f"Completed updating default config for {entity_type} in the cluster.")
     if entity_type == "brokers" and (note := _startup_note(configs)):

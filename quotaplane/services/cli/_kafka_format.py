@@ -4,6 +4,12 @@ An operator's scripts and muscle memory carry over only if the lines are Kafka's
 quota values as Java's ``Double.toString`` (``1048576.0``, ``1.0E7``), entities named as kafka-configs.sh
 names them, config lists split as kafka-configs.sh splits them (commas inside ``[...]`` kept). Kept apart
 from the commands so each command's module is about what it asks the AdminService, not how it prints.
+
+One difference, on purpose: Kafka accepts any character in a name or value, control characters included,
+and so does quotaplane, but kafka-configs.sh prints them raw, so a name holding a newline splits its describe
+line in two. Every name and value printed here goes through :func:`escaped` (``quotaplane.config.shown``:
+``\\n``, ``\\x1b``, ``\\u2028``, a backslash doubled), so each entity stays one line and the escaping can be
+undone; names without such characters or a backslash print as Kafka's tools print them.
 """
 
 from __future__ import annotations
@@ -19,10 +25,30 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from quotaplane.v1 import admin_pb2 as pb
 
-__all__ = ["history_value", "iso_ms", "java_double", "print_quotas", "quota_line", "split_configs", "time_ms"]
+__all__ = [
+    "escaped",
+    "history_value",
+    "iso_ms",
+    "java_double",
+    "print_quotas",
+    "quota_line",
+    "split_configs",
+    "time_ms",
+]
 
 #: How kafka-configs.sh names each entity type when it describes quotas.
 _DESCRIBED_TYPE = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+
+
+def escaped(text: str) -> str:
+    """``text`` on one line: control characters, line separators, lone surrogates and backslashes escaped.
+
+    >>> escaped("alice"), escaped("a\\nb"), escaped("DOMAIN\\\\bob")
+    ('alice', 'a\\\\nb', 'DOMAIN\\\\\\\\bob')
+    """
+    from quotaplane.config import shown  # lazily: building the parser stays light
+
+    return shown(text, limit=len(text))
 
 
 def java_double(value: float) -> str:
@@ -102,8 +128,8 @@ def quota_line(entry: pb.DescribeClientQuotasResponse.EntryData) -> str:
         if entity_type in names:
             shown = _DESCRIBED_TYPE[entity_type]
             name = names[entity_type]
-            parts.append(f"the default {shown}" if name is None else f"{shown} '{name}'")
-    values = ", ".join(f"{v.key}={java_double(v.value)}" for v in entry.values)
+            parts.append(f"the default {shown}" if name is None else f"{shown} '{escaped(name)}'")
+    values = ", ".join(f"{escaped(v.key)}={java_double(v.value)}" for v in entry.values)
     return f"Quota configs for {', '.join(parts)} are {values}"
 
 
@@ -121,13 +147,13 @@ def history_value(value: pb.HistoryValue) -> str:
     if kind == "quota_value":
         return java_double(value.quota_value)
     if kind == "config_value":
-        return value.config_value
+        return escaped(value.config_value)
     record = value.client_metrics
     shown = []
     if record.HasField("metrics"):
-        shown.append(f"metrics={record.metrics}")
+        shown.append(f"metrics={escaped(record.metrics)}")
     if record.HasField("interval_ms"):
         shown.append(f"interval.ms={record.interval_ms}")
     if record.HasField("match"):
-        shown.append(f"match={record.match}")
+        shown.append(f"match={escaped(record.match)}")
     return "{" + ", ".join(shown) + "}"

@@ -13,7 +13,7 @@ import uuid
 from ._admin_client import AdminClient, check_result
 from ._entities import describe_components, entity_data, entity_pairs
 from ._errors import CliError
-from ._kafka_format import history_value, iso_ms, print_quotas, split_configs
+from ._kafka_format import escaped, history_value, iso_ms, print_quotas, split_configs
 
 __all__ = ["run_log", "run_quotas"]
 
@@ -68,7 +68,7 @@ def run_quotas(parser: argparse.ArgumentParser, args: argparse.Namespace, admin:
         check_result(entry.error_code, entry.error_message)
     head_type, head_name = pairs[0]
     if head_name:
-        print(f"Completed updating config for {head_type[:-1]} {head_name}.")
+        print(f"Completed updating config for {head_type[:-1]} {escaped(head_name)}.")
     else:
         print(f"Completed updating default config for {head_type} in the cluster.")
     return 0
@@ -114,7 +114,8 @@ def run_log(parser: argparse.ArgumentParser, args: argparse.Namespace, admin: Ad
         request.entity.entity.extend(entity_data(pairs))
     for entry in admin.entity_history(request).entries:
         print(
-            f"{entry.offset}  {iso_ms(entry.commit_time_ms)}  {entry.principal}  {entry.request_id or '-'}  "
-            f"{entry.key}: {history_value(entry.old_value)} -> {history_value(entry.new_value)}"
+            f"{entry.offset}  {iso_ms(entry.commit_time_ms)}  {escaped(entry.principal)}  "
+            f"{escaped(entry.request_id) or '-'}  "
+            f"{escaped(entry.key)}: {history_value(entry.old_value)} -> {history_value(entry.new_value)}"
         )
     return 0
