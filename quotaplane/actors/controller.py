@@ -341,8 +341,17 @@ class ConfigController:
         """The id (hex) of the Ray node this controller runs on (``ray.util.state`` and ``ray.nodes()`` use it)."""
         return ray.get_runtime_context().get_node_id()
 
+    def health(self) -> dict[str, Any]:
+        """Whether the controller takes config changes: ``{"serving": True, "log_error": None}``, or, once a
+        write or fsync of the log failed (disk full, an I/O error), ``serving`` False and ``log_error`` the
+        error. The failure is permanent for this process: the store refuses every change (UNAVAILABLE at the
+        admin door) and answers reads from what was durable, until it is reopened by a restart of the actor
+        (``ray.kill(controller, no_restart=False)``), which recovers exactly what is on disk."""
+        failure = self._store.failure
+        return {"serving": failure is None, "log_error": None if failure is None else str(failure)}
+
     def info(self) -> dict[str, Any]:
-        """Liveness and identity: the process id changes when Ray restarts the actor."""
+        """Liveness and identity (the process id changes when Ray restarts the actor), and ``health()``."""
         return {
             "data_dir": str(self.data_dir),
             "pid": os.getpid(),
@@ -350,6 +359,7 @@ class ConfigController:
             "end_offset": self._store.end_offset,
             "start_offset": self._store.log.start_offset,
             "subscribers": len(self._subscribers),
+            **self.health(),
         }
 
 

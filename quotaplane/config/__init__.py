@@ -77,6 +77,7 @@ from ._log_errors import (
     EventLogError,
     EventLogFailedError,
     EventLogLockedError,
+    LogGapError,
     OffsetOutOfRangeError,
 )
 from ._records import (
@@ -136,6 +137,7 @@ __all__ = [
     "EventLogLockedError",
     "HistoryCompactedError",
     "HistoryEntry",
+    "LogGapError",
     "ManagerBinding",
     "MatchType",
     "OffsetGapError",

@@ -31,6 +31,12 @@ written in it), released by ``close`` or by the process's death, even by ``kill 
 **Recovery** (at every open, ``_segments``): each frame of each segment is verified without
 decompressing; a torn tail of the last segment is copied aside and cut off (a read-only open stops
 at it), any other damage raises ``CorruptLogError``. The rules are in ``docs/eventlog-format.md``.
+A directory with snapshots and no segment starts at the newest valid snapshot's end offset (its start
+and end offsets both, no frame yet; the next append gets that offset), as KRaft bootstraps from a
+snapshot; if none verifies, ``LogGapError``: never an empty log where a config was.
+
+**Disk faults.** Every write and fsync of an append goes through ``_io`` (``LogIO``), the one seam
+where tests inject ``ENOSPC``, ``EIO`` or a slow fsync under the real writer.
 
 **Commit times.** The log reads no clock: events keep the ``commit_time_ms`` their caller set. A
 frame's ``max_commit_time_ms`` is the largest commit time of that frame's events *and of every event
@@ -69,7 +75,7 @@ from ._log_errors import (
 )
 from ._segments import Segment, SegmentView, recover, segment_name
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "LOCK_FILE", "MAX_FRAME_BYTES", "EventLog", "PendingAppend"]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "LOCK_FILE", "MAX_FRAME_BYTES", "EventLog", "LogIO", "PendingAppend"]
 
 _log = logging.getLogger("quotaplane.config")
 
@@ -85,6 +91,41 @@ _READ_CHUNK_BYTES = 4 * 1024 * 1024
 def _sync_data(fd: int) -> None:
     # Looked up at each call (not bound at import) so that a test can make it fail for real.
     (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+
+class LogIO:
+    """The file-system calls the writer makes to put frames on disk: the one seam for disk faults.
+
+    Every byte an append is acknowledged for goes through these methods (a segment's creation, the
+    frame's write, its fsync, the truncation back after a failure), so a test replaces the module's
+    ``_io`` with a subclass that raises ``ENOSPC`` or ``EIO``, writes part of a frame first, or sleeps in
+    ``sync``, and observes the real writer, group commit and store above it; nothing of the log's own
+    logic is mocked. Recovery and snapshot files do their own I/O: they run at open, not per change.
+    """
+
+    def create(self, path: Path) -> int:
+        """Create the new segment ``path`` (it must not exist), opened for appending; its descriptor."""
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+
+    def sync_directory(self, directory: Path) -> None:
+        """Persist the directory's entries (a new segment's name)."""
+        fsync_directory(directory)
+
+    def write(self, fd: int, data: bytes) -> None:
+        """Write every byte of ``data`` at the end of the segment (``os.write`` until done)."""
+        write_all(fd, data)
+
+    def sync(self, fd: int) -> None:
+        """Make what was written durable (``fdatasync``)."""
+        _sync_data(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        """Cut the segment back to ``size`` bytes (after a failed write or fsync)."""
+        os.ftruncate(fd, size)
+
+
+#: The writer's file-system calls (``LogIO``), looked up at each call so that a test can swap it.
+_io = LogIO()
 
 
 class PendingAppend:
@@ -181,9 +222,10 @@ class EventLog:
         ``segment_bytes``: roll to a new segment before a frame once the active one holds that many.
         ``fsync=False`` (tests and benchmarks only) skips every fsync: appends survive a process crash,
         not a power loss. ``read_only=True`` takes no lock and changes nothing: it indexes the frames
-        on disk now, stops quietly at a torn tail, and does not see later appends. Raises
-        ``EventLogLockedError``, ``CorruptLogError``, and ``FileNotFoundError`` for a missing
-        directory opened read-only.
+        on disk now, stops quietly at a torn tail, and does not see later appends. A directory with
+        snapshots and no segment opens at the newest valid snapshot's end offset. Raises
+        ``EventLogLockedError``, ``CorruptLogError``, ``LogGapError`` (snapshots only, none valid), and
+        ``FileNotFoundError`` for a missing directory opened read-only.
         """
         if segment_bytes < 1:
             raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes}")
@@ -370,12 +412,12 @@ class EventLog:
             segment = self._segment_for(base)
             position = segment.size
             try:
-                write_all(self._fd, frame)
+                _io.write(self._fd, frame)
                 if self._fsync:
-                    _sync_data(self._fd)
+                    _io.sync(self._fd)
             except BaseException:
                 with contextlib.suppress(OSError):  # best effort: no unacknowledged bytes after a reopen
-                    os.ftruncate(self._fd, position)
+                    _io.truncate(self._fd, position)
                 raise
             written = (segment, position, len(frame))
         except BaseException as exc:
@@ -409,10 +451,10 @@ class EventLog:
         if self._segments and self._segments[-1].size < self._segment_bytes:
             return self._segments[-1]
         path = self._directory / segment_name(base)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fd = _io.create(path)
         try:
             if self._fsync:
-                fsync_directory(self._directory)
+                _io.sync_directory(self._directory)
         except BaseException:
             os.close(fd)
             raise
@@ -440,9 +482,16 @@ class EventLog:
 
     @property
     def start_offset(self) -> int:
-        """The first offset still on disk (Kafka's log start offset): 0 unless segments were deleted."""
+        """The first offset still in a segment (Kafka's log start offset): 0 unless segments were deleted,
+        or the log started at a snapshot (a directory with a snapshot and no segment): then, until the
+        first append, start and end are both the snapshot's end offset and the log holds no frame."""
         segments = self._segments
         return segments[0].base_offset if segments else self._end_offset
+
+    @property
+    def failure(self) -> OSError | None:
+        """The error of the write or fsync that failed the log (it takes no appends until reopened), or None."""
+        return self._failure
 
     def segments(self) -> list[Path]:
         """The segment files, oldest first; the last one is the active segment."""

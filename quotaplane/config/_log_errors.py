@@ -14,6 +14,7 @@ __all__ = [
     "EventLogError",
     "EventLogFailedError",
     "EventLogLockedError",
+    "LogGapError",
     "OffsetOutOfRangeError",
 ]
 
@@ -56,3 +57,27 @@ class CorruptLogError(EventLogError):
 
     def __reduce__(self) -> tuple[type[CorruptLogError], tuple[str, int, str, int | None]]:
         return (type(self), (self.path, self.position, self.reason, self.offset))
+
+
+class LogGapError(EventLogError):
+    """Events the directory once held are in no segment and no valid snapshot: offsets ``[missing_from,
+    missing_to)`` are gone, so no image can be trusted and nothing opens.
+
+    Raised at open for a directory holding snapshots but no segments, none of which verifies; for segments
+    that begin after the end of the newest valid snapshot below them (the segments that continued it were
+    deleted); and, for the writer, for a valid snapshot that ends beyond the last segment (the segments lost
+    events the snapshot holds). Opening empty, or at the wrong offset, would silently drop every quota the
+    missing events set. Repair is a human decision: restore the missing files, or move aside the ones named.
+    """
+
+    def __init__(self, directory: str, missing_from: int, missing_to: int, detail: str) -> None:
+        super().__init__(
+            f"{directory}: offsets [{missing_from}, {missing_to}) are in no segment and no valid snapshot: {detail}"
+        )
+        self.directory = directory
+        self.missing_from = missing_from
+        self.missing_to = missing_to
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type[LogGapError], tuple[str, int, int, str]]:
+        return (type(self), (self.directory, self.missing_from, self.missing_to, self.detail))

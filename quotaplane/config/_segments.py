@@ -8,6 +8,11 @@ segments) without decompressing. A torn tail of the last segment, the trace of a
 acknowledged for, is copied to ``<segment>.torn-<position>`` and cut off (a read-only open just stops
 there); any other damage raises ``CorruptLogError`` naming the file, the byte position and the
 offset. ``docs/eventlog-format.md`` states the same rules.
+
+A directory with snapshots and no segment (restored from a backup, or its segments deleted after a
+compaction) is a log that starts where its newest valid snapshot ends, as KRaft bootstraps a node from
+a snapshot: it holds no frame yet, and the next event appended gets that offset. If no snapshot
+verifies, recovery refuses (``LogGapError``) rather than open empty: that would drop every quota.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from ._framing import (
     parse_frame,
     parse_frame_header,
 )
-from ._log_errors import CorruptLogError
+from ._log_errors import CorruptLogError, LogGapError
+from ._snapshot_file import CorruptSnapshotError, list_snapshots, verify_snapshot
 
 __all__ = [
     "SEGMENT_SUFFIX",
@@ -138,7 +144,44 @@ def recover(directory: Path, *, read_only: bool, fsync: bool) -> Recovered:
         segment, max_time = _scan_segment(path, base, is_last, max_time, read_only=read_only, fsync=fsync)
         segments.append(segment)
         expected = segment.end_offset
-    return Recovered(segments, segments[-1].end_offset if segments else 0, max_time)
+    if not segments:
+        return _start_at_snapshot(directory)
+    return Recovered(segments, segments[-1].end_offset, max_time)
+
+
+def _start_at_snapshot(directory: Path) -> Recovered:
+    """A log with no segment: empty if there is no snapshot either, else starting at the end offset of the
+    newest snapshot that verifies (its last commit time the running maximum the next frame continues).
+    Snapshots that do not verify are skipped, loudly; if none verifies, ``LogGapError``."""
+    snapshots = list_snapshots(directory)
+    if not snapshots:
+        return Recovered([], 0, 0)
+    refused: list[str] = []
+    for end, path in reversed(snapshots):
+        try:
+            header = verify_snapshot(path)
+        except (CorruptSnapshotError, OSError) as exc:
+            _log.warning("%s: snapshot %s does not verify, skipped: %s", directory, path.name, exc)
+            refused.append(str(exc))
+            continue
+        newest = snapshots[-1][0]
+        if end < newest:
+            _log.warning(
+                "%s: no segment, and the newest valid snapshot is %s: offsets [%d, %d) of the newer snapshots "
+                "that do not verify are lost",
+                directory,
+                path.name,
+                end,
+                newest,
+            )
+        _log.info("%s: no segment; the log starts at snapshot %s (offset %d)", directory, path.name, end)
+        return Recovered([], header.end_offset, header.last_commit_time_ms)
+    raise LogGapError(
+        str(directory),
+        0,
+        snapshots[-1][0],
+        "the directory holds no segment and no snapshot that verifies: " + "; ".join(refused),
+    )
 
 
 def _scan_segment(

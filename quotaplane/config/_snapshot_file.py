@@ -44,6 +44,7 @@ __all__ = [
     "read_snapshot",
     "read_snapshot_batches",
     "snapshot_name",
+    "verify_snapshot",
     "write_snapshot",
 ]
 
@@ -160,7 +161,26 @@ def read_snapshot_batches(path: str | os.PathLike[str]) -> tuple[pb.SnapshotHead
     ``header.end_offset``, each batch's entry count against its frame and the total against
     ``header.entry_count``. One decompress and one ``ParseFromString`` per frame.
     """
-    path = Path(path)
+    batches: list[pb.EventColumns] = []
+    header = _walk(Path(path), batches)
+    return header, batches
+
+
+def verify_snapshot(path: str | os.PathLike[str]) -> pb.SnapshotHeader:
+    """The header of a snapshot file whose every frame verifies, without decompressing its entries.
+
+    Every check of ``read_snapshot_batches`` except the one that needs the entries decoded (each batch
+    holds its frame's ``record_count`` events): both CRCs of every frame, dense record numbers, the
+    header's version and end offset against the name, the entry total. The event log decides its start
+    offset from it (a snapshot-only directory) at the price of a CRC pass, leaving the one full decode
+    to whoever replays the snapshot. Raises ``CorruptSnapshotError``.
+    """
+    return _walk(Path(path), None)
+
+
+def _walk(path: Path, batches: list[pb.EventColumns] | None) -> pb.SnapshotHeader:
+    """Verify every frame of a snapshot file and return its header; decode the entry batches into
+    ``batches`` (checking their counts) unless it is None."""
     name = str(path)
     end_offset = _parse_name(path.name)
     if end_offset is None:
@@ -170,7 +190,6 @@ def read_snapshot_batches(path: str | os.PathLike[str]) -> tuple[pb.SnapshotHead
         raise CorruptSnapshotError(name, 0, "empty file: a snapshot starts with its header frame")
     decompressor = zstandard.ZstdDecompressor()
     header: pb.SnapshotHeader | None = None
-    batches: list[pb.EventColumns] = []
     expected = 0
     try:
         for frame in iter_frames(data):
@@ -185,7 +204,7 @@ def read_snapshot_batches(path: str | os.PathLike[str]) -> tuple[pb.SnapshotHead
                     )
                 header = decode_message(data, frame, pb.SnapshotHeader, decompressor)
                 _check_header(name, header, end_offset)
-            else:
+            elif batches is not None:
                 try:
                     batch = decode_columns(bytes(decode_payload(data, frame, decompressor)))
                 except ValueError as exc:
@@ -206,7 +225,7 @@ def read_snapshot_batches(path: str | os.PathLike[str]) -> tuple[pb.SnapshotHead
         raise CorruptSnapshotError(
             name, len(data), f"header says {header.entry_count} entries, the file holds {expected - 1}"
         )
-    return header, batches
+    return header
 
 
 def _check_header(name: str, header: pb.SnapshotHeader, end_offset: int) -> None:

@@ -18,8 +18,11 @@ flight fails with that error, none becomes visible, and the store takes no more 
 (``EventLogFailedError``) until it is reopened, which recovers what is on disk.
 
 Opening replays the newest valid snapshot and then the log's tail; a snapshot that does not verify is
-skipped (and said so), never trusted. ``image_at`` / ``image_at_time`` rebuild any past image, and
-``history`` lists every change of one entity or resource with its old and new value, for audits.
+skipped (and said so), never trusted. A directory of snapshots without segments opens at the newest valid
+one (the log then starts at its end offset); events that are in no segment and no valid snapshot refuse
+the open (``LogGapError``), never an empty or shortened config. ``image_at`` / ``image_at_time`` rebuild
+any past image, and ``history`` lists every change of one entity or resource with its old and new value,
+for audits.
 """
 
 from __future__ import annotations
@@ -56,9 +59,9 @@ from ._client_quotas import EntityKey, Resolver, entity_key, validate_string
 from ._dynamic_configs import ConfigResourceType
 from ._image import DEFAULT_MAX_APPLIED_REQUESTS, ConfigDelta, ConfigImage
 from ._log import EventLog, PendingAppend
-from ._log_errors import EventLogClosedError, EventLogFailedError
+from ._log_errors import EventLogClosedError, EventLogFailedError, LogGapError
 from ._records import client_metrics_configs, record_entity
-from ._snapshot_file import list_snapshots, read_snapshot_batches, write_snapshot
+from ._snapshot_file import CorruptSnapshotError, list_snapshots, read_snapshot_batches, verify_snapshot, write_snapshot
 from ._working_image import ImageReader, WorkingImage
 
 __all__ = [
@@ -300,11 +303,22 @@ class ConfigStore(ConfigAdmin):
         max_applied_requests: int = DEFAULT_MAX_APPLIED_REQUESTS,
         resolver: Resolver | None = None,
     ) -> ConfigStore:
-        """Open (or create) the log in ``directory`` and replay it: newest valid snapshot, then the tail."""
+        """Open (or create) the log in ``directory`` and replay it: newest valid snapshot, then the tail.
+
+        What is on disk decides, and a config is never silently opened empty: segments from offset 0 replay
+        (from the newest valid snapshot they cover); segments from a later offset need a valid snapshot
+        they continue; a directory of snapshots and no segment opens at the newest valid one (the log
+        starts at its end offset). Raises ``LogGapError`` naming the files and offsets when events are in
+        no segment and no valid snapshot (segments beginning after the newest snapshot below them, only
+        snapshots that do not verify, or, for the writer, a valid snapshot ending beyond the last
+        segment), ``HistoryCompactedError`` when segments start above 0 and there is no snapshot at all.
+        """
         path = Path(directory)
         event_log = EventLog.open(path, segment_bytes=segment_bytes, fsync=fsync, read_only=read_only)
         try:
-            image = _load_image(path, event_log, event_log.end_offset, max_applied_requests)
+            if not read_only:  # a reader may see a snapshot the writer wrote after the reader indexed the log
+                _check_no_snapshot_beyond(path, event_log)
+            image = _load_image(path, event_log, event_log.end_offset, max_applied_requests, opening=True)
         except BaseException:
             event_log.close()
             raise
@@ -322,6 +336,12 @@ class ConfigStore(ConfigAdmin):
     @property
     def start_offset(self) -> int:
         return self.log.start_offset
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the store takes no more changes (a write or fsync of the log failed: ``EventLogFailedError``
+        whose cause is the ``OSError``), or None while it takes them. Health reports show it."""
+        return self._failure
 
     @property
     def end_offset(self) -> int:
@@ -435,6 +455,7 @@ class ConfigStore(ConfigAdmin):
         self._working.reset()
         if self._failure is None and not isinstance(error, EventLogClosedError):
             self._failure = error
+            log.error("%s: the config store takes no more changes until it is reopened: %s", self.directory, error)
 
     def alter_client_quotas(
         self,
@@ -649,16 +670,69 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _load_image(directory: Path, event_log: EventLog, offset: int, max_applied_requests: int) -> ConfigImage:
+def _load_image(
+    directory: Path, event_log: EventLog, offset: int, max_applied_requests: int, *, opening: bool = False
+) -> ConfigImage:
     """The image of the first ``offset`` events: the newest valid snapshot at or below ``offset`` whose
-    tail the log still holds, then the log up to ``offset``."""
+    tail the log still holds, then the log up to ``offset``. ``opening``: a missing snapshot between the
+    log start and older snapshots is a ``LogGapError`` (the store cannot open), not an audit's
+    ``HistoryCompactedError``."""
     with gc_paused():
-        return _replay_image(directory, event_log, offset, max_applied_requests)
+        return _replay_image(directory, event_log, offset, max_applied_requests, opening=opening)
 
 
-def _replay_image(directory: Path, event_log: EventLog, offset: int, max_applied_requests: int) -> ConfigImage:
+def _check_no_snapshot_beyond(directory: Path, event_log: EventLog) -> None:
+    """Refuse a valid snapshot that ends beyond the log's end: the segments lost events it holds, and
+    appending would give new events the offsets of those. (Kafka's KRaft truncates the log and starts at
+    such a snapshot; quotaplane deletes no segment on its own and leaves that choice to a human.) A
+    snapshot that does not verify is skipped with a warning, as everywhere."""
+    end = event_log.end_offset
+    for snapshot_end, path in reversed(list_snapshots(directory)):
+        if snapshot_end <= end:
+            return
+        try:
+            verify_snapshot(path)
+        except (CorruptSnapshotError, OSError) as e:
+            log.warning("skipping snapshot %s, beyond the log end offset %d: %s", path, end, e)
+            continue
+        segments = event_log.segments()
+        where = f"the last segment, {segments[-1].name}, ends at offset {end}" if segments else f"the log ends at {end}"
+        raise LogGapError(
+            str(directory),
+            end,
+            snapshot_end,
+            f"snapshot {path.name} ends at offset {snapshot_end} but {where}: the segments lost events the "
+            f"snapshot holds; move the segments aside to open at the snapshot, or the snapshot to open at {end}",
+        )
+
+
+def _gap_error(directory: Path, event_log: EventLog, snapshots: list[tuple[int, Path]]) -> LogGapError | None:
+    """The ``LogGapError`` of a log starting above 0 that no valid snapshot from its start on continues,
+    while a snapshot ends below its start: the segments that continued that snapshot were deleted. None when
+    no snapshot ends below the start (there is then no snapshot at all to name: ``HistoryCompactedError``)."""
+    start = event_log.start_offset
+    below = [(end, path) for end, path in snapshots if end < start]
+    if not below:
+        return None
+    end, path = below[-1]
+    segments = event_log.segments()
+    where = f"the first segment, {segments[0].name}, begins" if segments else "the log starts"
+    return LogGapError(
+        str(directory),
+        end,
+        start,
+        f"the newest snapshot below the log start, {path.name}, ends at offset {end}, and {where} at offset "
+        f"{start}: the segments between them were deleted (restore them, or a snapshot ending at an offset in "
+        f"[{start}, {event_log.end_offset}])",
+    )
+
+
+def _replay_image(
+    directory: Path, event_log: EventLog, offset: int, max_applied_requests: int, *, opening: bool
+) -> ConfigImage:
     image: ConfigImage | None = None
-    for end, path in reversed(list_snapshots(directory)):
+    snapshots = list_snapshots(directory)
+    for end, path in reversed(snapshots):
         if end > offset or (end < event_log.start_offset and end != offset):
             continue
         try:
@@ -669,6 +743,9 @@ def _replay_image(directory: Path, event_log: EventLog, offset: int, max_applied
             log.warning("skipping snapshot %s: %s", path, e)
     if image is None:
         if event_log.start_offset > 0 and offset > 0:
+            gap = _gap_error(directory, event_log, snapshots) if opening else None
+            if gap is not None:
+                raise gap
             raise HistoryCompactedError(
                 f"the log in {directory} starts at offset {event_log.start_offset} and no valid snapshot "
                 f"at or below offset {offset} covers the events before it"
