@@ -80,6 +80,10 @@ _CRC_START = _BATCH_HEAD.size  # the CRC covers header bytes [7, 36) and then th
 
 CODEC_NONE = 0
 CODEC_ZSTD = 1
+#: The most a zstd frame can expand: every block that produces output takes at least 4 bytes (an RLE block:
+#: a 3-byte header and the byte) and produces at most 128 KiB. A batch claiming more than ratio x its
+#: compressed length is corrupt, and trusting it would let a few bytes make the decoder allocate 4 GiB.
+_ZSTD_MAX_RATIO = 128 * 1024 // 4
 _CODEC_MASK = 0x07
 
 HOUR_MS = 3_600_000
@@ -320,6 +324,11 @@ def decompress_payload(data: bytes, header: BatchHeader) -> bytes:
             raise ValueError(f"bad zstd frame: {exc}") from None
         if size not in (-1, header.uncompressed_length):
             raise ValueError(f"zstd frame holds {size} bytes, header says {header.uncompressed_length}")
+        if header.uncompressed_length > _ZSTD_MAX_RATIO * len(payload):  # before the decoder allocates that much
+            raise ValueError(
+                f"header says {header.uncompressed_length} bytes uncompressed, "
+                f"more than a zstd frame of {len(payload)} bytes can hold"
+            )
         try:
             raw = zstandard.ZstdDecompressor().decompress(payload, max_output_size=header.uncompressed_length)
         except zstandard.ZstdError as exc:

@@ -157,6 +157,8 @@ def decode_columns(payload: bytes) -> pb.EventColumns:
     for kind, n in others.items():
         if kinds.count(kind) != n:
             raise ValueError(f"batch columns disagree: {n} records of kind {kind}")
+    for eid in set(columns.quota_entity):  # few distinct entities per batch; entity_of is cached
+        entity_of(eid)  # a malformed id is the batch's ValueError here, not a surprise to a later reader
     return columns
 
 

@@ -336,9 +336,19 @@ def decode_payload(
         size = zstandard.frame_content_size(view)
         if size < 0:
             raise FrameDecodeError(header.position, "zstd frame does not record its content size")
+        if size > _ZSTD_MAX_RATIO * len(view):  # checked before the decoder allocates ``size`` bytes
+            raise FrameDecodeError(
+                header.position, f"zstd frame claims {size} bytes of content, more than its {len(view)} bytes can hold"
+            )
         return (decompressor or zstandard.ZstdDecompressor()).decompress(view, max_output_size=size)
     except zstandard.ZstdError as exc:
         raise FrameDecodeError(header.position, f"zstd decompression failed: {exc}") from None
+
+
+#: The most a zstd frame can expand: every block that produces output takes at least 4 bytes (an RLE block:
+#: a 3-byte header and the byte) and produces at most 128 KiB. A content size above ratio x payload is a lie,
+#: and trusting it would let a frame of a few bytes make the decoder allocate gigabytes.
+_ZSTD_MAX_RATIO = 128 * 1024 // 4
 
 
 M = TypeVar("M", bound=Message)
