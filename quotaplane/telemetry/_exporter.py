@@ -8,9 +8,10 @@ INVALID_RECORD and counts a plugin error, as in Kafka.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
@@ -23,6 +24,7 @@ __all__ = [
     "ClientTelemetryContext",
     "ClientTelemetryExporter",
     "ClientTelemetryPayload",
+    "DeferredClientTelemetryPayload",
     "RequestContext",
 ]
 
@@ -65,7 +67,8 @@ class ClientTelemetryPayload:
     ``data`` is the decompressed OTLP ``MetricsData`` exactly as the client sent it;
     ``resource_attributes`` are the broker-side labels (client_instance_id, client_id, ... node_id);
     ``metrics_data`` is ``data`` decoded with those labels merged into every resource (ours win on a
-    clash). Exporters share one payload and must not modify it.
+    clash). Exporters share one payload and must not modify it. The manager hands out
+    :class:`DeferredClientTelemetryPayload` s, which merge the labels on the first read of ``metrics_data``.
     """
 
     client_instance_id: Uuid
@@ -76,6 +79,70 @@ class ClientTelemetryPayload:
     data: bytes
     resource_attributes: Mapping[str, str]
     metrics_data: MetricsData
+
+
+#: The slots of the dataclass's fields (written directly by the deferred payload, whose ``metrics_data`` is a
+#: property over the slot).
+_SLOTS = {name: ClientTelemetryPayload.__dict__[name] for name in ClientTelemetryPayload.__slots__}
+
+
+class DeferredClientTelemetryPayload(ClientTelemetryPayload):
+    """A ``ClientTelemetryPayload`` whose ``metrics_data`` is the decoded push with ``merge`` applied on its first
+    read: once, under a lock (exporters may read it from their own threads).
+
+    Why: the push is decoded on the request path (an undecodable push is INVALID_RECORD), but the archive, the
+    exporter every shard runs, stores ``data`` and the labels apart and never reads ``metrics_data``, and merging
+    the labels into every resource was a fifth of a push's CPU in the shard. An exporter that reads it sees
+    what it saw before, and nothing in the merge can fail (the labels' wire form is prepared, and checked, on
+    the request path). A copy (pickle) is a plain, merged ``ClientTelemetryPayload``.
+    """
+
+    __slots__ = ("_merge",)
+
+    def __init__(
+        self,
+        client_instance_id: Uuid,
+        is_terminating: bool,
+        content_type: str,
+        compression_type: int,
+        compressed_size: int,
+        data: bytes,
+        resource_attributes: Mapping[str, str],
+        decoded: MetricsData,
+        merge: Callable[[MetricsData], None],
+    ) -> None:
+        # the frozen dataclass's __init__ cannot be used: ``metrics_data`` is a read-only property here
+        values = (
+            client_instance_id,
+            is_terminating,
+            content_type,
+            compression_type,
+            compressed_size,
+            data,
+            resource_attributes,
+            decoded,
+        )
+        for slot, value in zip(_SLOTS.values(), values, strict=True):
+            slot.__set__(self, value)
+        object.__setattr__(self, "_merge", merge)
+
+    @property  # type: ignore[override]
+    def metrics_data(self) -> MetricsData:
+        decoded = _SLOTS["metrics_data"].__get__(self)
+        if self._merge is not None:
+            with _MERGE_LOCK:
+                merge = self._merge
+                if merge is not None:
+                    merge(decoded)
+                    object.__setattr__(self, "_merge", None)
+        return decoded
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return ClientTelemetryPayload, tuple(getattr(self, name) for name in _SLOTS)
+
+
+#: Serializes deferred merges (rare: only exporters that read ``metrics_data`` trigger one, once per payload).
+_MERGE_LOCK = threading.Lock()
 
 
 @runtime_checkable

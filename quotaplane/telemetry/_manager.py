@@ -21,6 +21,7 @@ Gating, validation order, side effects and error codes are Kafka's:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,7 @@ from ._exporter import (
     ClientTelemetryContext,
     ClientTelemetryExporter,
     ClientTelemetryPayload,
+    DeferredClientTelemetryPayload,
     RequestContext,
 )
 from ._instance import ClientInstanceCache, ClientMetricsInstance, ClientMetricsInstanceMetadata, Removal
@@ -63,6 +65,8 @@ __all__ = ["ClientMetricsManager", "ClientMetricsManagerConfig"]
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_EXPIRY_MS = 60 * 1000
+#: The answer to every accepted push (immutable, so one object serves them all).
+_ACCEPTED = PushTelemetryResponse()
 #: Kafka's ``telemetry.max.bytes`` default.
 DEFAULT_TELEMETRY_MAX_BYTES = 1024 * 1024
 
@@ -221,7 +225,7 @@ class ClientMetricsManager:
                 return PushTelemetryResponse(error_code=int(Errors.INVALID_RECORD), error_message=str(error))
 
         instance.last_known_error = Errors.NONE
-        return PushTelemetryResponse()
+        return _ACCEPTED
 
     # --- lifecycle -------------------------------------------------------------------------------
     def on_disconnect(self, connection_id: str) -> bool:
@@ -307,20 +311,22 @@ class ClientMetricsManager:
     def _payload(self, request: PushTelemetryRequest, instance: ClientMetricsInstance) -> ClientTelemetryPayload:
         data = decompress(request.compression_type, request.metrics, self.config.max_decompressed_bytes)
         metrics_data = decode_metrics_data(data)
-        attributes = self._resource_attributes(instance)
-        prepared = instance.resource_labels
-        if prepared is None:  # the instance's attributes never change: encoded once, on its first push
-            prepared = instance.resource_labels = prepare_resource_attributes(attributes)
-        add_resource_attributes(metrics_data, attributes, prepared=prepared)
-        return ClientTelemetryPayload(
-            client_instance_id=instance.client_instance_id,
-            is_terminating=request.terminating,
-            content_type=OTLP_CONTENT_TYPE,
-            compression_type=request.compression_type,
-            compressed_size=len(request.metrics),
-            data=data,
-            resource_attributes=attributes,
-            metrics_data=metrics_data,
+        labels = instance.resource_labels
+        if labels is None:  # the instance's attributes never change: built and encoded once, on its first push
+            attributes = self._resource_attributes(instance)
+            labels = instance.resource_labels = (attributes, prepare_resource_attributes(attributes))
+        attributes, prepared = labels
+        # the labels are merged into metrics_data when an exporter first reads it (the archive never does)
+        return DeferredClientTelemetryPayload(
+            instance.client_instance_id,
+            request.terminating,
+            OTLP_CONTENT_TYPE,
+            request.compression_type,
+            len(request.metrics),
+            data,
+            attributes,
+            metrics_data,
+            functools.partial(add_resource_attributes, attributes=attributes, prepared=prepared),
         )
 
     def _resource_attributes(self, instance: ClientMetricsInstance) -> dict[str, str]:

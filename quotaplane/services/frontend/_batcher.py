@@ -2,11 +2,17 @@
 
 The gateway's RPCs take batches because one gRPC call per Kafka request cannot keep up with thousands
 of clients (about 25k messages/s per stream, ~1 ms per actor call). Every connection of the frontend
-runs on one event loop, so a batcher is a plain list plus one timer: the first item arms a timer of
-``linger_s`` (default 1 ms), items arriving meanwhile join the same batch, and the batch is sent when
-the timer fires or ``max_items`` (or ``max_bytes`` of ``size_of`` the items) is reached, whichever
-comes first. An idle frontend pays one timer per
-request at most ``linger_s`` late; a busy one sends a few hundred items per call.
+runs on one event loop, so a batcher is a plain list plus one scheduled flush: the first item schedules
+it, items arriving meanwhile join the same batch, and the batch is sent when the flush runs or
+``max_items`` (or ``max_bytes`` of ``size_of`` the items) is reached, whichever comes first.
+
+**When the flush runs.** With ``linger_s`` 0 (the frontend's default) it is ``loop.call_soon``: the batch
+closes once the loop has run every callback already due, i.e. every connection whose request was read in
+the same pass over the ready sockets has joined it. That is natural batching: an idle frontend sends a
+request at once (no timer, no added latency), a busy one gathers what each pass of the loop read (a few
+hundred pushes per call at 20k pushes/s), and the batch grows with the load instead of with a fixed wait.
+With ``linger_s`` > 0 the flush is a timer of that length (``call_later``), the batcher's former behaviour,
+kept for callers that want fewer, larger calls at low load.
 
 Each item's caller awaits its own future. A batch the server refuses whole (a gRPC error) fails every
 future of that batch with the same exception; a result list of the wrong length is an error too
@@ -26,7 +32,8 @@ _R = TypeVar("_R")
 
 
 class Batcher(Generic[_I, _R]):
-    """Collect items for at most ``linger_s`` (or ``max_items``), then ``send(items)`` once.
+    """Collect items until the scheduled flush (``linger_s``, 0: the loop's next pass) or ``max_items``, then
+    ``send(items)`` once.
 
     ``send`` is a coroutine function returning one result per item, in order. Must be used from the
     event loop it was created on (no locks: the loop serializes everything).
@@ -53,7 +60,7 @@ class Batcher(Generic[_I, _R]):
         self._name = name
         self._items: list[_I] = []
         self._futures: list[asyncio.Future[_R]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         #: batches sent and items carried (for the bench and the frontend's stats)
         self.batches = 0
@@ -70,7 +77,8 @@ class Batcher(Generic[_I, _R]):
         if len(self._items) >= self._max_items or (self._max_bytes is not None and self._bytes >= self._max_bytes):
             self._flush()
         elif self._timer is None:
-            self._timer = loop.call_later(self._linger_s, self._flush)
+            linger_s = self._linger_s
+            self._timer = loop.call_later(linger_s, self._flush) if linger_s > 0 else loop.call_soon(self._flush)
         return future
 
     def _flush(self) -> None:

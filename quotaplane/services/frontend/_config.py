@@ -80,7 +80,9 @@ class FrontendConfig:
     max_admission_wait_s: float = _MAX_ADMISSION_WAIT_S
     #: Record each request's time on the request quota (and throttle by it), as Kafka does.
     request_quotas: bool = True
-    linger_s: float = 0.001
+    #: How long the batchers wait for more requests before a gateway call; 0 (the default): natural batching,
+    #: each batch closes after one pass of the event loop (see ``_batcher.py``).
+    linger_s: float = 0.0
     #: Prefix of this frontend's connection ids (unique across the fleet); None: random.
     frontend_id: str | None = None
     #: Proxy mode: forward to this upstream Kafka cluster (see quotaplane.services.proxy); None: the frontend

@@ -12,7 +12,10 @@ The life of a socket, as Kafka's ``SocketServer`` / ``Processor`` / ``KafkaChann
    connection uncounted and unmetered.
 2. **Frames**: an int32 size, then that many bytes. A negative size or one above
    ``max_request_bytes`` (Kafka's ``socket.request.max.bytes``) closes the connection before anything
-   is allocated for it, as Kafka's ``InvalidReceiveException`` does.
+   is allocated for it, as Kafka's ``InvalidReceiveException`` does. A read (the size or the body) that
+   waits ``connections_max_idle_s`` (``connections.max.idle.ms``) ends the connection (``_idle.py``: one
+   timer per connection, not per read). PushTelemetry v0, nearly every frame of a busy frontend, is read
+   and answered by ``_fast_codec.py`` (the generic codec's result exactly, or the generic codec itself).
 3. **One request at a time**: Kafka mutes a channel while its request is being handled, so a
    pipelining client (librdkafka sends several) is answered in order; here the loop simply does not
    read the next frame before the response is written.
@@ -52,10 +55,12 @@ from quotaplane.protocol.frames import peek_request
 from quotaplane.v1 import connection_pb2 as conn_pb
 from quotaplane.v1 import telemetry_pb2 as tele_pb
 
+from ._fast_codec import PUSH_TELEMETRY_V0, decode_push_telemetry, encode_push_telemetry_response
 from ._forward import UpstreamError, answer_proxied, write_framed
 from ._handlers import ADMIN_APIS
+from ._idle import ReadDeadline
 from ._no_upstream import NO_UPSTREAM, fetch_answer, produce_answer
-from ._quotas import request_throttle
+from ._quotas import enabled, request_throttle
 from ._sasl import authenticate_token, sasl_authenticate, sasl_handshake
 from ._state import ANONYMOUS, CloseConnection, ConnectionState
 
@@ -205,25 +210,46 @@ async def _cleanup(server: FrontendServer, state: ConnectionState | None, ip: st
             server.note_backend_error("release / ClientDisconnected", result)
 
 
-async def _read_frame(server: FrontendServer, reader: asyncio.StreamReader) -> bytes:
-    idle_s = server.config.connections_max_idle_s
-    async with asyncio.timeout(idle_s):
+async def _read_frame(server: FrontendServer, reader: asyncio.StreamReader, deadline: ReadDeadline) -> bytes:
+    """The next frame; its size and its body may each wait ``connections_max_idle_s`` (then TimeoutError)."""
+    try:
+        deadline.start()
         head = await reader.readexactly(4)
-    (size,) = _SIZE.unpack(head)
-    if size < 0 or size > server.config.request_limit:
-        raise CloseConnection(
-            f"request size {size} is outside 0..{server.config.request_limit} (socket.request.max.bytes)"
-        )
-    async with asyncio.timeout(idle_s):
+        (size,) = _SIZE.unpack(head)
+        if size < 0 or size > server.config.request_limit:
+            raise CloseConnection(
+                f"request size {size} is outside 0..{server.config.request_limit} (socket.request.max.bytes)"
+            )
+        deadline.start()
         return await reader.readexactly(size)
+    except asyncio.CancelledError:
+        if deadline.expired():
+            raise TimeoutError from None
+        raise
+    finally:
+        deadline.stop()
 
 
 async def _loop(
     server: FrontendServer, state: ConnectionState, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
+    deadline = ReadDeadline(server.config.connections_max_idle_s)
+    try:
+        await _serve_frames(server, state, reader, writer, deadline)
+    finally:
+        deadline.close()
+
+
+async def _serve_frames(
+    server: FrontendServer,
+    state: ConnectionState,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    deadline: ReadDeadline,
+) -> None:
     stats = server.stats
     while True:
-        frame = await _read_frame(server, reader)
+        frame = await _read_frame(server, reader, deadline)
         now_ms = _wall_ms()
         start_ns = time.perf_counter_ns()
         state.waited_ns = 0
@@ -250,8 +276,11 @@ async def _loop(
             write_framed(writer, answer)
             await writer.drain()
             continue
+        # a plain PushTelemetry v0 (nearly every frame of a busy frontend) is read without the generic codec
+        request = decode_push_telemetry(frame) if frame[:4] == PUSH_TELEMETRY_V0 else None
         try:
-            request = decode_request(frame)
+            if request is None:
+                request = decode_request(frame)
         except UnsupportedRequestError as e:
             if e.api_key == ApiKey.API_VERSIONS:
                 body = ApiVersionsResponse(
@@ -274,17 +303,26 @@ async def _loop(
         error = getattr(body, "error_code", 0)
         stats.count(request.api_key, error)
         throttle_ms = 0
-        if state.authenticated and request.api_key not in _SASL_APIS and server.config.request_quotas:
+        if (
+            state.authenticated
+            and request.api_key not in _SASL_APIS
+            and server.config.request_quotas
+            and enabled(server, "request")  # no request quota anywhere: nothing is recorded (Kafka's quotasEnabled)
+        ):
             handled_ns = max(0, time.perf_counter_ns() - start_ns - state.waited_ns)
             throttle_ms = await request_throttle(server, state, handled_ns, now_ms)
         if throttle_ms and hasattr(body, "throttle_time_ms"):
             body.throttle_time_ms = min(throttle_ms, 2**31 - 1)
         try:
-            wire = encode_response(request.api_key, request.api_version, header.correlation_id, body)
+            if request.api_key == ApiKey.PUSH_TELEMETRY and request.api_version == 0:
+                wire = encode_push_telemetry_response(header.correlation_id, body)
+            else:
+                wire = encode_response(request.api_key, request.api_version, header.correlation_id, body)
         except (ProtocolError, TypeError) as e:
             raise CloseConnection(f"cannot encode the {request.api_key} v{request.api_version} response: {e}") from None
         writer.write(wire)
-        await writer.drain()
+        if writer.transport.get_write_buffer_size():  # an empty buffer has nothing to wait for (and the next read
+            await writer.drain()  # meets a closed connection as drain would)
         if request.api_key == ApiKey.SASL_AUTHENTICATE and body.error_code:
             raise CloseConnection()  # Kafka closes after a failed authentication
         if throttle_ms > 0:  # Kafka mutes the channel until the throttle has passed

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from quotaplane.errors import Errors
@@ -167,20 +168,25 @@ class KafkaApis(AdminApis):
         uuid = body.client_instance_id
         if not gateway_safe(state.client_id):
             return PushTelemetryResponse(error_code=Errors.INVALID_REQUEST)
-        item = tele_pb.PushTelemetryRequest(
-            client_instance_id=bytes(uuid),
-            subscription_id=body.subscription_id,
-            terminating=body.terminating,
-            compression_type=body.compression_type,
-            metrics=bytes(body.metrics),
-            context=state.telemetry_context(),
-            now_ms=now_ms,
+        item = (
+            bytes(uuid),
+            body.subscription_id,
+            body.terminating,
+            body.compression_type,
+            bytes(body.metrics),
+            state.telemetry_context(),
+            now_ms,
         )
+        started = time.perf_counter_ns()  # state.wait, inlined: one coroutine less to resume per push
         try:
-            result = await state.wait(self.server.backend.push_batcher.submit(item))
-        except Exception as e:
+            result = await self.server.backend.push_batcher.submit(item)
+        except BaseException as e:
+            state.waited_ns += time.perf_counter_ns() - started
+            if not isinstance(e, Exception):
+                raise
             self.server.note_backend_error("PushTelemetry", e)
             return PushTelemetryResponse(error_code=Errors.UNKNOWN_SERVER_ERROR)
+        state.waited_ns += time.perf_counter_ns() - started
         if uuid != ZERO_UUID and len(bytes(uuid)) == 16:
             state.instances.add(bytes(uuid))
         if result.error_code and result.HasField("error_message"):

@@ -13,8 +13,8 @@ Why it is built this way:
   thousands of them are thousands of coroutines on one loop (a thread per connection would not scale).
   The loop runs in a thread of its own, so ``quotaplane up`` (a synchronous Ray driver) and tests can
   start and stop it like the gRPC servers.
-- **Batch at every hop.** Requests of all connections are collected for at most ``linger_s`` (1 ms)
-  per kind and sent as one batched RPC (``_batcher.py``, ``_backend.py``).
+- **Batch at every hop.** Requests of all connections read in one pass of the event loop are collected
+  per kind and sent as one batched RPC (``_batcher.py``, ``_backend.py``): natural batching, no timer.
 - **The gateway decides, the frontend enforces.** Connection quotas (ConnectionService), the request
   quota (QuotaService.RecordRequestTime) and telemetry gating are fleet-wide state held by the shards;
   the frontend applies their answers to its sockets as a Kafka broker's network layer does
@@ -53,6 +53,7 @@ from ._config import (
 )
 from ._connection import serve_connection
 from ._handlers import SERVED_APIS, KafkaApis
+from ._loop import new_event_loop
 from ._quotas import refresh_enabled_quotas
 from ._sasl import PlainCredentials
 
@@ -147,7 +148,7 @@ class FrontendServer:
         failure: list[BaseException] = []
 
         def run() -> None:
-            loop = asyncio.new_event_loop()
+            loop = new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
             try:
