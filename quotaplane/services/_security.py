@@ -14,6 +14,16 @@ Two concerns, kept apart because the two kinds of caller need different things:
   reveal nothing an operator's service map does not). With no operator credential configured every RPC is
   open, as before this module existed: ``quotaplane up`` then listens on loopback and warns otherwise.
 
+**Who made a change** is the credential's principal, never the caller's claim: the tokens file names each
+token (``NAME:TOKEN``: ``User:NAME``; a bare ``TOKEN`` line, the older form, is ``User:admin``), and under
+mutual TLS a client certificate is its subject DN mapped by Kafka's ``ssl.principal.mapping.rules``
+(:class:`PrincipalMapper`; DEFAULT: ``User:<RFC 2253 subject>``, e.g. ``User:CN=alice,OU=ops``), whether or
+not operator subjects are configured. A token wins over a certificate (it names an operator; a certificate
+only a peer of the CA). The one credential that may assert another principal is a Kafka frontend's
+(``NAME:TOKEN:frontend``, or the one ``up`` makes up for its own frontend at each start): the frontend
+authenticated the Kafka client with SASL and forwards its admin requests, so the principal it asserts is the
+one recorded (:meth:`ServerSecurity.identity`; the AdminService applies it).
+
 Tokens are kept only as SHA-256 digests (a heap dump or a repr does not leak them) and a presented token is
 compared with every digest by :func:`hmac.compare_digest` without stopping at a match, so timing does not
 tell which prefix or which entry was close. Files are read and checked once, when the configuration is
@@ -28,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 import socket
 import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,7 +51,12 @@ import grpc
 
 __all__ = [
     "AUTHORIZATION_METADATA",
+    "DEFAULT_TOKEN_NAME",
+    "FRONTEND_TOKEN_NAME",
     "ClientSecurity",
+    "Identity",
+    "OperatorToken",
+    "PrincipalMapper",
     "ServerSecurity",
     "bind_port",
     "check_tls_answers",
@@ -52,6 +68,12 @@ __all__ = [
 AUTHORIZATION_METADATA = "authorization"
 _BEARER = "bearer "
 _CERTIFICATE_MARKER = b"-----BEGIN CERTIFICATE-----"
+#: The principal name of a tokens file's line without a name (``TOKEN`` alone): ``User:admin``.
+DEFAULT_TOKEN_NAME = "admin"
+#: The principal name of the token ``up`` makes up for its Kafka frontend at each start.
+FRONTEND_TOKEN_NAME = "quotaplane-frontend"
+#: A tokens file's third field marking a frontend's token: it may assert the Kafka client's principal.
+FRONTEND_ROLE = "frontend"
 
 _File = str | PathLike[str]
 
@@ -115,37 +137,150 @@ def _is_token(token: str) -> bool:
     return not any(c.isspace() for c in token) and token.isprintable() and token.isascii()
 
 
-def _read_tokens(path: _File) -> frozenset[bytes]:
-    """One token a line; blank lines and ``#`` comments are skipped. Only the digests are kept."""
+@dataclass(frozen=True)
+class OperatorToken:
+    """One accepted bearer token: its SHA-256 digest, the principal it authenticates, and whether its holder may
+    record a change under another principal (``on_behalf_of``: the Kafka frontend, which authenticated the Kafka
+    client itself and forwards its admin requests)."""
+
+    digest: bytes = field(repr=False)
+    principal: str
+    on_behalf_of: bool = False
+
+
+def _token_line(path: _File, number: int, line: str) -> OperatorToken:
+    """``TOKEN`` (principal ``User:admin``), ``NAME:TOKEN`` (principal ``User:NAME``) or ``NAME:TOKEN:frontend``
+    (the same, and it may assert the Kafka client's principal)."""
+    fields = line.split(":")
+    if len(fields) > 3 or (len(fields) == 3 and fields[2] != FRONTEND_ROLE):
+        raise ValueError(
+            f"the operator tokens file {path} line {number}: expected TOKEN, NAME:TOKEN or NAME:TOKEN:{FRONTEND_ROLE}"
+        )
+    name, token = (DEFAULT_TOKEN_NAME, fields[0]) if len(fields) == 1 else (fields[0], fields[1])
+    if not name or not _is_token(name):
+        raise ValueError(f"the operator tokens file {path} line {number}: the name is empty or not printable ASCII")
+    if not token or not _is_token(token):  # never echo the token: it is a secret
+        raise ValueError(f"the operator tokens file {path} line {number}: a token with spaces or non-ASCII characters")
+    return OperatorToken(_digest(token), f"User:{name}", len(fields) == 3)
+
+
+def _read_tokens(path: _File) -> tuple[OperatorToken, ...]:
+    """One token a line (:func:`_token_line`); blank lines and ``#`` comments are skipped. Only the digests are
+    kept. A token listed twice is refused: it could not say which principal it authenticates."""
     data = _read(path, "operator tokens file")
     try:
         text = data.decode()
     except UnicodeDecodeError:
         raise ValueError(f"the operator tokens file {path} is not UTF-8 text") from None
-    tokens = [line.strip() for line in text.splitlines()]
-    tokens = [t for t in tokens if t and not t.startswith("#")]
+    tokens = [
+        _token_line(path, number, line.strip())
+        for number, line in enumerate(text.splitlines(), 1)
+        if line.strip() and not line.strip().startswith("#")
+    ]
     if not tokens:
         raise ValueError(f"the operator tokens file {path} holds no token (one a line)")
-    if not all(map(_is_token, tokens)):
-        raise ValueError(f"the operator tokens file {path} has a token with spaces or non-ASCII characters")
-    return frozenset(_digest(t) for t in tokens)
+    if len({t.digest for t in tokens}) != len(tokens):
+        raise ValueError(f"the operator tokens file {path} lists a token twice")
+    return tuple(tokens)
+
+
+# --- client certificates as principals (Kafka's ssl.principal.mapping.rules) ------------------------------
+# Kafka's SslPrincipalMapper grammar: DEFAULT, or RULE:pattern/replacement/ with an optional L or U after it
+_RULE = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+_RULE_SPLITTER = re.compile(r"\s*(" + _RULE + r")\s*(?:,\s*|$)")
+_RULE_PARSER = re.compile(_RULE)
+_JAVA_REPLACEMENT = re.compile(r"\\(.)|\$(\d+)|\$\{(\w+)\}")
+
+
+@dataclass(frozen=True)
+class _MappingRule:
+    pattern: re.Pattern[str] | None  # None: DEFAULT
+    replacement: str = ""
+    case: str = ""
+
+    def apply(self, dn: str) -> str | None:
+        """As Kafka's ``Rule.apply``: DEFAULT is the DN; a rule whose pattern matches the whole DN replaces
+        every match (Java's ``replaceAll``, ``$1`` back references) and lower- or upper-cases the result."""
+        if self.pattern is None:
+            return dn
+        if self.pattern.fullmatch(dn) is None:
+            return None
+        result = self.pattern.sub(self._replace, dn)
+        return result.lower() if self.case == "L" else result.upper() if self.case == "U" else result
+
+    def _replace(self, match: re.Match[str]) -> str:
+        def one(part: re.Match[str]) -> str:
+            literal, number, name = part.groups()
+            if literal is not None:
+                return literal
+            return match.group(int(number) if number is not None else name) or ""
+
+        return _JAVA_REPLACEMENT.sub(one, self.replacement)
+
+
+@dataclass(frozen=True)
+class PrincipalMapper:
+    """Kafka's ``ssl.principal.mapping.rules``: a client certificate's subject DN (RFC 2253, as Java's
+    ``X500Principal.getName()``: ``CN=alice,OU=ops,O=Example``) to the name of its ``User:`` principal. The
+    first rule that applies decides; none applying is a ``ValueError`` (Kafka: ``NoMatchingRule``, the
+    connection fails authentication). ``DEFAULT``, Kafka's default, keeps the whole DN."""
+
+    rules: tuple[_MappingRule, ...] = (_MappingRule(None),)
+    text: str = "DEFAULT"
+
+    @classmethod
+    def parse(cls, text: str) -> PrincipalMapper:
+        """Rules as Kafka writes them, comma-separated: ``RULE:^CN=(.*?),OU=(.*?)$/$1/L,DEFAULT``."""
+        rules = []
+        for match in _RULE_SPLITTER.finditer(text.strip()):
+            rule = match.group(1)
+            if not rule and match.start() == len(text.strip()):
+                break
+            parsed = _RULE_PARSER.match(rule)
+            if parsed is None or parsed.end() != len(rule) or (parsed.group(1) or parsed.group(2)) is None:
+                raise ValueError(f"invalid ssl.principal.mapping.rules rule: {rule!r}")
+            if parsed.group(1) is not None:
+                rules.append(_MappingRule(None))
+            else:
+                try:
+                    pattern = re.compile(parsed.group(2))
+                except re.error as e:
+                    raise ValueError(f"invalid ssl.principal.mapping.rules pattern {parsed.group(2)!r}: {e}") from None
+                rules.append(_MappingRule(pattern, parsed.group(3), parsed.group(4)))
+        if not rules:
+            raise ValueError("ssl.principal.mapping.rules holds no rule")
+        return cls(tuple(rules), text.strip())
+
+    def principal(self, dn: str) -> str:
+        for rule in self.rules:
+            name = rule.apply(dn)
+            if name is not None:
+                return f"User:{name}"
+        raise ValueError(f"no ssl.principal.mapping.rules rule applies to {dn}")
 
 
 # --- the server side --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServerSecurity:
-    """A listener's TLS material and the AdminService's operator credentials, read and checked.
+    """A listener's TLS material, the AdminService's operator credentials, and how a caller's credential
+    becomes the principal recorded with its changes.
 
     Build it with :meth:`load` (from files). ``cert_chain`` / ``private_key`` set: TLS; ``client_ca`` set
-    as well: mutual TLS. ``token_digests`` (SHA-256 of each operator token) and ``operator_subjects``
-    (client-certificate common names) are the operator credentials; both empty: operator RPCs are open.
+    as well: mutual TLS. ``tokens`` (each operator token's SHA-256 digest and principal) and
+    ``operator_subjects`` (client-certificate common names) are the operator credentials; both empty:
+    operator RPCs are open. ``frontend_tokens`` are tokens of trusted Kafka frontends: they admit too, and
+    may assert the Kafka client's principal, but do not by themselves close the AdminService to others.
+    ``principal_mapper`` maps a client certificate's subject to its principal (Kafka's
+    ``ssl.principal.mapping.rules``, DEFAULT: ``User:<subject DN>``).
     """
 
     cert_chain: bytes | None = field(default=None, repr=False)
     private_key: bytes | None = field(default=None, repr=False)
     client_ca: bytes | None = field(default=None, repr=False)
-    token_digests: frozenset[bytes] = field(default=frozenset(), repr=False)
+    tokens: tuple[OperatorToken, ...] = field(default=(), repr=False)
     operator_subjects: frozenset[str] = frozenset()
+    frontend_tokens: tuple[OperatorToken, ...] = field(default=(), repr=False)
+    principal_mapper: PrincipalMapper = PrincipalMapper()
 
     def __post_init__(self) -> None:
         if (self.cert_chain is None) != (self.private_key is None):
@@ -164,6 +299,7 @@ class ServerSecurity:
         client_ca_file: _File | None = None,
         tokens_file: _File | None = None,
         operator_subjects: Iterable[str] = (),
+        principal_mapping_rules: str = "DEFAULT",
     ) -> ServerSecurity:
         """Read and check the files; a problem is a one-line ``ValueError`` naming the file."""
         if (cert_file is None) != (key_file is None):
@@ -172,9 +308,10 @@ class ServerSecurity:
         if cert_file is not None and key_file is not None:
             chain, key = _read_key_pair(cert_file, key_file)
         client_ca = None if client_ca_file is None else _read_certificates(client_ca_file, "client CA file")
-        digests = frozenset() if tokens_file is None else _read_tokens(tokens_file)
+        tokens = () if tokens_file is None else _read_tokens(tokens_file)
         subjects = frozenset(s.strip() for s in operator_subjects if s.strip())
-        return cls(chain, key, client_ca, digests, subjects)
+        mapper = PrincipalMapper.parse(principal_mapping_rules)
+        return cls(chain, key, client_ca, tokens, subjects, principal_mapper=mapper)
 
     @property
     def tls(self) -> bool:
@@ -185,23 +322,39 @@ class ServerSecurity:
         return self.client_ca is not None
 
     @property
+    def token_digests(self) -> frozenset[bytes]:
+        """Every accepted token's digest, operators' and frontends'."""
+        return frozenset(t.digest for t in (*self.tokens, *self.frontend_tokens))
+
+    @property
     def operator_auth(self) -> bool:
         """Whether AdminService RPCs need an operator credential."""
-        return bool(self.token_digests or self.operator_subjects)
+        return bool(self.tokens or self.operator_subjects)
 
     def describe(self) -> str:
         """One line for the operator's console (no secrets: counts and names only)."""
         transport = "mutual TLS" if self.mutual_tls else "TLS" if self.tls else "no TLS"
         auth = []
-        if self.token_digests:
-            auth.append(f"{len(self.token_digests)} operator token(s)")
+        if self.tokens:
+            names = sorted({t.principal for t in self.tokens})
+            auth.append(f"{len(self.tokens)} operator token(s) ({', '.join(names)})")
         if self.operator_subjects:
             auth.append(f"operator subjects {', '.join(sorted(self.operator_subjects))}")
-        return f"{transport}; {' and '.join(auth) if auth else 'no operator authentication'}"
+        text = f"{transport}; {' and '.join(auth) if auth else 'no operator authentication'}"
+        if self.mutual_tls and self.principal_mapper.text != "DEFAULT":
+            text += f"; ssl.principal.mapping.rules {self.principal_mapper.text}"
+        return text
 
-    def with_operator_token(self, token: str) -> ServerSecurity:
-        """This security with ``token`` accepted as an operator token too (kept as its digest)."""
-        return replace(self, token_digests=self.token_digests | {_digest(token)})
+    def with_operator_token(self, token: str, name: str = DEFAULT_TOKEN_NAME) -> ServerSecurity:
+        """This security with ``token`` accepted as an operator token of principal ``User:<name>`` too."""
+        return replace(self, tokens=(*self.tokens, OperatorToken(_digest(token), f"User:{name}")))
+
+    def with_frontend_token(self, token: str, name: str = FRONTEND_TOKEN_NAME) -> ServerSecurity:
+        """This security with ``token`` accepted as a Kafka frontend's (``User:<name>``, may assert the Kafka
+        client's principal). It admits even when operators are configured, and closes nothing when not."""
+        return replace(
+            self, frontend_tokens=(*self.frontend_tokens, OperatorToken(_digest(token), f"User:{name}", True))
+        )
 
     def credentials(self) -> grpc.ServerCredentials:
         assert self.cert_chain is not None and self.private_key is not None
@@ -210,6 +363,30 @@ class ServerSecurity:
             root_certificates=self.client_ca,
             require_client_auth=self.client_ca is not None,
         )
+
+    def _presented(self, metadata: Iterable[tuple[str, str | bytes]]) -> list[str] | tuple[grpc.StatusCode, str]:
+        """The bearer tokens of the call, or the refusal of malformed authorization metadata."""
+        presented = []
+        for key, value in metadata:
+            if key != AUTHORIZATION_METADATA:
+                continue
+            text = value.decode(errors="replace") if isinstance(value, bytes) else value
+            if text[: len(_BEARER)].lower() != _BEARER or not text[len(_BEARER) :].strip():
+                return grpc.StatusCode.UNAUTHENTICATED, "malformed authorization metadata: expected 'Bearer <token>'"
+            presented.append(text[len(_BEARER) :].strip())
+        return presented
+
+    def _token(self, presented: Sequence[str]) -> OperatorToken | None:
+        """The accepted token among ``presented``, if any. Every digest is compared, so the time taken does
+        not depend on which one matches (nor how close a wrong one came)."""
+        known = (*self.tokens, *self.frontend_tokens)
+        found = None
+        for token in presented:
+            digest = _digest(token)
+            for candidate in known:
+                if hmac.compare_digest(digest, candidate.digest) and found is None:
+                    found = candidate
+        return found
 
     def check_operator(
         self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Sequence[bytes]]
@@ -222,20 +399,11 @@ class ServerSecurity:
         """
         if not self.operator_auth:
             return None
-        presented = []
-        for key, value in metadata:
-            if key != AUTHORIZATION_METADATA:
-                continue
-            text = value.decode(errors="replace") if isinstance(value, bytes) else value
-            if text[: len(_BEARER)].lower() != _BEARER or not text[len(_BEARER) :].strip():
-                return grpc.StatusCode.UNAUTHENTICATED, "malformed authorization metadata: expected 'Bearer <token>'"
-            presented.append(text[len(_BEARER) :].strip())
-        if presented and self.token_digests:
-            for token in presented:
-                digest = _digest(token)
-                # every digest is compared, so the time taken does not depend on which one matches
-                if sum(hmac.compare_digest(digest, known) for known in self.token_digests):
-                    return None
+        presented = self._presented(metadata)
+        if isinstance(presented, tuple):
+            return presented
+        if presented and self._token(presented) is not None:
+            return None
         names = [n.decode(errors="replace") for n in auth_context.get("x509_common_name", ())]
         if self.operator_subjects and any(name in self.operator_subjects for name in names):
             return None
@@ -249,10 +417,41 @@ class ServerSecurity:
             + (" or an operator's client certificate" if self.operator_subjects else ""),
         )
 
+    def identity(
+        self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Sequence[bytes]]
+    ) -> Identity | None:
+        """Who the call's credential says the caller is, or None when it presents none this server knows.
+
+        An accepted bearer token is its principal (``User:<name>``; a frontend's may assert another); else,
+        under mutual TLS, the client certificate's subject through the mapping rules (Kafka's SSL principal).
+        A token wins over a certificate: it names an operator, a certificate only a peer of the CA. A subject
+        no rule maps is a ``ValueError``, as Kafka fails such a connection's authentication.
+        """
+        presented = self._presented(metadata)
+        token = None if isinstance(presented, tuple) else self._token(presented)
+        if token is not None:
+            return Identity(token.principal, token.on_behalf_of)
+        if self.mutual_tls:  # every caller presented a certificate of the CA: its subject is who it is
+            subjects = auth_context.get("x509_subject", ())
+            if not subjects:
+                raise ValueError("the client certificate's subject is not available")
+            return Identity(self.principal_mapper.principal(subjects[0].decode(errors="replace")), False)
+        if self.operator_auth:  # the operator check admitted no one without a token: never fall back to a claim
+            raise ValueError("no operator credential identifies the caller")
+        return None
+
     def operator_interceptor(self, *services: str) -> grpc.ServerInterceptor:
         """A server interceptor requiring an operator credential on every method of ``services`` (full
         names); other services (health, reflection) pass untouched."""
         return _OperatorInterceptor(self, tuple(f"/{s}/" for s in services))
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A caller as its credential proves it: its principal, and whether it may act for another principal."""
+
+    principal: str
+    on_behalf_of: bool = False
 
 
 def _guard(behavior: Callable[..., Any], security: ServerSecurity) -> Callable[..., Any]:
@@ -363,7 +562,7 @@ def exposure_warning(host: str, security: ServerSecurity | None) -> str | None:
             f"Warning: listening on {host} (not loopback) with no operator authentication: anyone who can "
             "reach the admin port can change quotas (see --operator-tokens-file, --operator-subjects)"
         )
-    if security.token_digests and not security.tls:
+    if security.tokens and not security.tls:
         return (
             f"Warning: listening on {host} (not loopback) without TLS: operator tokens travel in clear text "
             "(see --tls-cert, --tls-key)"

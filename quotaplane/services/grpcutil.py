@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -99,8 +99,8 @@ class ErrorStatus:
         status = self.of(exc)
         if status.code is grpc.StatusCode.INTERNAL:
             self.log.exception("%s failed", where)
-        if status.trailers:
-            context.set_trailing_metadata(status.trailers)
+        if status.trailers:  # after the ones already set (the service's own, e.g. the AdminService's cluster id)
+            context.set_trailing_metadata((*(context.trailing_metadata() or ()), *status.trailers))
         context.abort(status.code, status.details)
         raise AssertionError("context.abort returned")  # pragma: no cover: it always raises
 
@@ -149,6 +149,45 @@ def _set_health(servicer: health.HealthServicer, services: Sequence[str], servin
         servicer.set(service, status)
 
 
+def _with_trailers(behavior: Callable[..., Any], trailers: Trailers) -> Callable[..., Any]:
+    def with_trailers(request_or_iterator: Any, context: grpc.ServicerContext) -> Any:
+        context.set_trailing_metadata(trailers)
+        return behavior(request_or_iterator, context)
+
+    return with_trailers
+
+
+class _TrailersInterceptor(grpc.ServerInterceptor):
+    """Sets a service's fixed trailing metadata before anything else runs, so that every answer carries it:
+    the replies, the errors (:meth:`ErrorStatus.abort` adds its trailers after these) and the operator
+    check's refusals (this interceptor is the outermost)."""
+
+    def __init__(self, trailers: Mapping[str, Trailers]) -> None:
+        self._trailers = {f"/{service}/": tuple(t) for service, t in trailers.items()}
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        trailers = self._trailers.get(method[: method.rfind("/") + 1])
+        if handler is None or not trailers:
+            return handler
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(_with_trailers(handler.unary_unary, trailers), **codecs)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(_with_trailers(handler.unary_stream, trailers), **codecs)
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(_with_trailers(handler.stream_unary, trailers), **codecs)
+        return grpc.stream_stream_rpc_method_handler(_with_trailers(handler.stream_stream, trailers), **codecs)
+
+
 def start_server(
     register: Sequence[Register],
     address: str,
@@ -158,21 +197,25 @@ def start_server(
     security: ServerSecurity | None = None,
     operator_services: Sequence[str] = (),
     options: Sequence[tuple[str, Any]] = (),
+    service_trailers: Mapping[str, Trailers] | None = None,
 ) -> RunningServer:
     """Build a server with the services ``register`` adds, health (all SERVING) and reflection, bind it to
     ``address`` (TLS / mutual TLS when ``security`` says) and start it.
 
     ``operator_services``: full names of the services whose every RPC needs an operator credential once
     ``security`` configures operators (health and reflection stay open). ``options``: further gRPC server
-    options. An address that cannot be bound raises OSError (nothing was started).
+    options. ``service_trailers``: trailing metadata every answer of a service carries (full name -> pairs),
+    its refusals included. An address that cannot be bound raises OSError (nothing was started).
     """
-    interceptors = None
+    interceptors: list[grpc.ServerInterceptor] = []
+    if service_trailers:
+        interceptors.append(_TrailersInterceptor(service_trailers))
     if operator_services and security is not None and security.operator_auth:
-        interceptors = [security.operator_interceptor(*operator_services)]
+        interceptors.append(security.operator_interceptor(*operator_services))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
         options=[("grpc.so_reuseport", 0), *options],
-        interceptors=interceptors,
+        interceptors=interceptors or None,
     )
     services = tuple(name for add in register for name in add(server))
     health_servicer = health.HealthServicer()

@@ -14,18 +14,27 @@ invalid describe filter, a missing field, a bad time; the Kafka error code rides
 OUT_OF_RANGE / FAILED_PRECONDITION when the events asked about were deleted, INTERNAL otherwise (logged
 here, with its traceback, not sent).
 
-The caller's principal is the ``x-quotaplane-principal`` call metadata (default ``User:ANONYMOUS``): it
-is recorded in the log with every change it makes, so ``EntityHistory`` says who did what. Who may call at
-all is decided before the servicer runs (``services/_security.py``, the ``security`` argument of
-:func:`serve`): TLS or mutual TLS on the listener, and, once operator tokens or certificate subjects are
-configured, an operator credential on every AdminService RPC (UNAUTHENTICATED / PERMISSION_DENIED
-otherwise, nothing changed). The recorded principal is still the caller's own claim, not derived from that
-credential.
+Who may call at all is decided before the servicer runs (``services/_security.py``, the ``security``
+argument of :func:`serve`): TLS or mutual TLS on the listener, and, once operator tokens or certificate
+subjects are configured, an operator credential on every AdminService RPC (UNAUTHENTICATED /
+PERMISSION_DENIED otherwise, nothing changed). The principal recorded in the log with every change (so
+``EntityHistory`` says who did what) is derived from that credential: a bearer token's name
+(``User:<name>``), else, under mutual TLS, the client certificate's subject through Kafka's
+``ssl.principal.mapping.rules`` (DEFAULT: ``User:<subject DN>``). A caller's ``x-quotaplane-principal``
+claim is ignored, except from a Kafka frontend's token (it forwards the requests of SASL-authenticated
+Kafka clients, and asserts their principal), or when the call presents no credential this server knows and
+none is needed (no operator authentication, no mutual TLS: the claim is all there is; default
+``User:ANONYMOUS``).
+
+Every answer carries the cluster's id in its trailing metadata (``x-quotaplane-cluster-id``, when
+:func:`serve` is given one: ``quotaplane up`` gives its data directory's), refusals included, so a client
+told which cluster it expects notices when it reached another instance on the same port.
 """
 
 from ._backend import BackendUnavailableError, ControllerBackend
 from ._servicer import (
     ADMIN_ERRORS,
+    CLUSTER_ID_TRAILER,
     KAFKA_ERROR_CODE_TRAILER,
     PRINCIPAL_METADATA,
     SERVICE_NAME,
@@ -36,6 +45,7 @@ from ._servicer import (
 
 __all__ = [
     "ADMIN_ERRORS",
+    "CLUSTER_ID_TRAILER",
     "KAFKA_ERROR_CODE_TRAILER",
     "PRINCIPAL_METADATA",
     "SERVICE_NAME",

@@ -48,6 +48,7 @@ from ._limits import lenient, request_problem
 
 __all__ = [
     "ADMIN_ERRORS",
+    "CLUSTER_ID_TRAILER",
     "KAFKA_ERROR_CODE_TRAILER",
     "PRINCIPAL_METADATA",
     "SERVICE_NAME",
@@ -56,8 +57,11 @@ __all__ = [
     "serve",
 ]
 
-#: The call metadata naming the caller's principal ("User:alice").
+#: The call metadata naming the principal a change is made for ("User:alice"): honoured only from a caller
+#: whose credential may act for others (a Kafka frontend's token), or when no credential is configured at all.
 PRINCIPAL_METADATA = "x-quotaplane-principal"
+#: The trailing metadata of every AdminService answer naming the cluster it comes from (its data directory's id).
+CLUSTER_ID_TRAILER = "x-quotaplane-cluster-id"
 #: The trailing metadata carrying the Kafka error code of a rejected request.
 KAFKA_ERROR_CODE_TRAILER = "x-kafka-error-code"
 #: The service's full name, as health checking and reflection know it.
@@ -66,6 +70,11 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AdminService"].full_name
 
 class _BadRequest(Exception):
     """A request the servicer itself refuses (a missing or malformed field): INVALID_ARGUMENT."""
+
+
+class _Unauthenticated(Exception):
+    """A client certificate no ``ssl.principal.mapping.rules`` rule maps: UNAUTHENTICATED, as Kafka fails
+    such a connection's authentication."""
 
 
 def _kafka_error(error: Errors) -> Trailers:
@@ -93,6 +102,7 @@ ADMIN_ERRORS = ErrorStatus(
             message=lambda e: f"the config log is unavailable: {e}",
         ),
         StatusRule(BackendUnavailableError, grpc.StatusCode.UNAVAILABLE),
+        StatusRule(_Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
         StatusRule(OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
         StatusRule(HistoryCompactedError, grpc.StatusCode.FAILED_PRECONDITION),
     ],
@@ -101,18 +111,57 @@ ADMIN_ERRORS = ErrorStatus(
 )
 
 
+def _claims(context: grpc.ServicerContext) -> bool:
+    """Whether the call carries a non-empty ``x-quotaplane-principal``."""
+    return any(
+        key == PRINCIPAL_METADATA and isinstance(value, str) and value.strip()
+        for key, value in context.invocation_metadata() or ()
+    )
+
+
 # --- the servicer ----------------------------------------------------------------------------------------
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     """AdminService over a :class:`~quotaplane.config.ConfigAdmin`; ``clock`` gives ``now_ms`` (the server's
-    clock, as the design's services stamp what they record)."""
+    clock, as the design's services stamp what they record); ``security`` derives the principal recorded
+    with a change from the caller's credential (:meth:`_recorded_principal`)."""
 
-    def __init__(self, backend: ConfigAdmin, *, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        backend: ConfigAdmin,
+        *,
+        clock: Callable[[], int] | None = None,
+        security: ServerSecurity | None = None,
+    ) -> None:
         self._backend = backend
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._security = security
+
+    def _recorded_principal(self, context: grpc.ServicerContext) -> str:
+        """The principal recorded with a change: the one the caller's credential authenticates (a token's
+        name, a client certificate's mapped subject), never a claim of the caller's own. Only a credential
+        that may act for others (a Kafka frontend's token, forwarding a SASL-authenticated client's request)
+        has its ``x-quotaplane-principal`` recorded instead. With no credential presented and none needed
+        (an AdminService with no operator authentication and no mutual TLS: anyone may do anything) the
+        claim is all there is, and is recorded as given (default ``User:ANONYMOUS``)."""
+        identity = None
+        if self._security is not None:
+            try:
+                identity = self._security.identity(context.invocation_metadata() or (), context.auth_context() or {})
+            except ValueError as e:
+                raise _Unauthenticated(str(e)) from None
+        if identity is None:
+            return self._principal(context)
+        if identity.on_behalf_of:
+            return self._principal(context) if _claims(context) else identity.principal
+        problem = string_problem(identity.principal)
+        if problem is not None:
+            raise _Unauthenticated(f"the authenticated principal '{shown(identity.principal)}': {problem}")
+        return identity.principal
 
     @staticmethod
     def _principal(context: grpc.ServicerContext) -> str:
-        """The caller's principal; INVALID_ARGUMENT if it is not one Kafka could carry (it is logged)."""
+        """The principal the caller claims (``x-quotaplane-principal``); INVALID_ARGUMENT if it is not one
+        Kafka could carry (it is logged)."""
         for key, value in context.invocation_metadata() or ():
             if key == PRINCIPAL_METADATA and isinstance(value, str) and value.strip():
                 principal = value.strip()
@@ -145,7 +194,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             alterations,
             validate_only=request.validate_only,
             now_ms=self._clock(),
-            principal=self._principal(context),
+            principal=self._recorded_principal(context),
             request_id=request.request_id,
         )
         return pb.AlterClientQuotasResponse(
@@ -181,7 +230,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             resources,
             validate_only=request.validate_only,
             now_ms=self._clock(),
-            principal=self._principal(context),
+            principal=self._recorded_principal(context),
             request_id=request.request_id,
         )
         response_type = pb.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
@@ -300,7 +349,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
 
 def add_admin_service(
-    server: grpc.Server, backend: ConfigAdmin, *, clock: Callable[[], int] | None = None
+    server: grpc.Server,
+    backend: ConfigAdmin,
+    *,
+    clock: Callable[[], int] | None = None,
+    security: ServerSecurity | None = None,
 ) -> list[str]:
     """Register the AdminService on ``server`` over ``backend``; the full service names.
 
@@ -308,7 +361,7 @@ def add_admin_service(
     a string field that is not valid UTF-8 reaches the servicer as an ``Undecodable`` request, refused with
     INVALID_ARGUMENT naming the field, instead of gRPC's bare INTERNAL.
     """
-    servicer = AdminServicer(backend, clock=clock)
+    servicer = AdminServicer(backend, clock=clock, security=security)
     handlers = {}
     for method in pb.DESCRIPTOR.services_by_name["AdminService"].methods:
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
@@ -328,6 +381,7 @@ def serve(
     max_workers: int = 8,
     clock: Callable[[], int] | None = None,
     security: ServerSecurity | None = None,
+    cluster_id: str | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start a gRPC server with the AdminService, health checking and reflection; return it and its port.
 
@@ -336,14 +390,20 @@ def serve(
 
     ``security`` (None: plaintext, every RPC open) puts TLS or mutual TLS on the listener and, when it has
     operator credentials, requires one on every AdminService RPC; health and reflection stay open.
-    ``SO_REUSEPORT`` is off, as on every quotaplane server (``grpcutil.start_server``).
+    ``SO_REUSEPORT`` is off, as on every quotaplane server (``grpcutil.start_server``). ``security`` also
+    decides the principal recorded with a change (``AdminServicer._recorded_principal``).
+
+    ``cluster_id`` (``quotaplane up`` passes its data directory's) rides in the trailing metadata of every
+    AdminService answer, refusals included (``x-quotaplane-cluster-id``), so a client that expects one
+    cluster notices when it reached another.
     """
     running = start_server(
-        [lambda server: add_admin_service(server, store, clock=clock)],
+        [lambda server: add_admin_service(server, store, clock=clock, security=security)],
         address,
         max_workers=max_workers,
         thread_name_prefix="admin-grpc",
         security=security,
         operator_services=[SERVICE_NAME],
+        service_trailers={SERVICE_NAME: ((CLUSTER_ID_TRAILER, cluster_id),)} if cluster_id else None,
     )
     return running.server, running.port

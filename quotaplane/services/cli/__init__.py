@@ -21,7 +21,9 @@ Errors are one line on stderr (``Error: ...``) and an exit code: 1 for a request
 refuses, 2 for usage errors (argparse), 3 when the admin service cannot be reached. The admin commands
 reach a TLS listener with ``--tls-ca`` (and ``--tls-cert`` / ``--tls-key`` under mutual TLS), and send an
 operator token with ``--token`` or ``$QUOTAPLANE_TOKEN`` (the variable keeps it out of ``ps``); a missing
-or refused credential is exit 1 (UNAUTHENTICATED / PERMISSION_DENIED, one line).
+or refused credential is exit 1 (UNAUTHENTICATED / PERMISSION_DENIED, one line). With ``--cluster-id`` or
+``$QUOTAPLANE_CLUSTER_ID`` (``quotaplane up`` prints its id; ``quotaplane cluster-id`` asks a running one)
+an answer from another cluster is refused with one line naming both ids (exit 1).
 
 ``quotaplane up`` runs the embedded default on one machine (:mod:`quotaplane.services.launcher`): a private local
 Ray, the config controller, the shards and the AdminService, with all data under ``--data-dir``. It

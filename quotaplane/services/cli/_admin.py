@@ -41,8 +41,14 @@ def _connection_options() -> argparse.ArgumentParser:
     connection.add_argument(
         "--principal",
         default=os.environ.get("QUOTAPLANE_PRINCIPAL"),
-        help="the principal recorded with changes, e.g. User:alice (default $QUOTAPLANE_PRINCIPAL, else "
-        "the server's User:ANONYMOUS)",
+        help="the principal recorded with changes when the server authenticates nobody, e.g. User:alice "
+        "(default $QUOTAPLANE_PRINCIPAL, else User:ANONYMOUS); with a token or client certificate, the "
+        "credential's principal is recorded instead",
+    )
+    connection.add_argument(
+        "--cluster-id",
+        default=os.environ.get("QUOTAPLANE_CLUSTER_ID"),
+        help="refuse an admin service of another cluster (default $QUOTAPLANE_CLUSTER_ID; quotaplane up prints its id)",
     )
     connection.add_argument("--tls-ca", metavar="PEM", help="connect with TLS, trusting this CA file")
     connection.add_argument(
@@ -119,11 +125,27 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
     offsets = log_commands.add_parser("offsets", parents=[connection], help="the log's start and end offsets")
     offsets.set_defaults(admin_handler=run_log, admin_parser=offsets)
 
+    cluster_id = commands.add_parser(
+        "cluster-id", parents=[connection], help="the cluster id of the admin service (kafka-cluster.sh cluster-id)"
+    )
+    cluster_id.set_defaults(admin_handler=_run_cluster_id, admin_parser=cluster_id)
+
+
+def _run_cluster_id(parser: argparse.ArgumentParser, args: argparse.Namespace, admin: AdminClient) -> int:
+    """``Cluster ID: <id>`` as ``kafka-cluster.sh cluster-id`` prints it (the cheapest RPC carries it)."""
+    from quotaplane.v1 import admin_pb2 as pb
+
+    admin.get_log_offsets(pb.GetLogOffsetsRequest())
+    if admin.cluster_id is None:
+        raise CliError(f"the admin service at {admin.address} does not say its cluster id")
+    print(f"Cluster ID: {admin.cluster_id}")
+    return 0
+
 
 #: Arguments that are file paths (any bytes are a valid path) or the runner's own, not text for the service.
 _NOT_TEXT = frozenset({"tls_ca", "tls_cert", "tls_key", "command", "log_command", "admin_handler", "admin_parser"})
 #: Arguments sent as gRPC metadata, which carries printable ASCII only (gRPC core refuses anything else).
-_METADATA = frozenset({"principal", "token"})
+_METADATA = frozenset({"principal", "token", "cluster_id"})
 #: Arguments sent as one Kafka string each (``--add-config`` holds several: the service checks each value).
 _WHOLE_STRINGS = frozenset({"entity_names", "name", "client_metrics", "key", "metrics", "match", "interval"})
 
@@ -177,7 +199,7 @@ def run_admin(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"Error: {e}", file=sys.stderr)
         return EXIT_REFUSED
-    admin = AdminClient(args.bootstrap_server, args.principal, security)
+    admin = AdminClient(args.bootstrap_server, args.principal, security, expected_cluster_id=args.cluster_id)
     try:
         return args.admin_handler(args.admin_parser, args, admin)
     except CliError as e:

@@ -93,7 +93,8 @@ def add_up_command(commands: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--operator-tokens-file",
         metavar="FILE",
-        help="operator bearer tokens, one a line: every AdminService call must carry one (or an operator subject)",
+        help="operator bearer tokens, one a line as NAME:TOKEN (changes are recorded as User:NAME; a bare TOKEN "
+        "is User:admin): every AdminService call must carry one (or an operator subject)",
     )
     up.add_argument(
         "--operator-subjects",
@@ -277,6 +278,8 @@ def run_up(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         say(f"admin gRPC on {cluster.admin_address}, {len(cluster.shards)} shards, data in {cluster.data_dir}")
+        # what a client checks (--cluster-id / $QUOTAPLANE_CLUSTER_ID) to be sure it reached this instance
+        say(f"cluster id {cluster.cluster_id} (data directory {cluster.data_dir})")
         say(f"usage gateway gRPC on {cluster.gateway_address}")
         if cluster.frontend is not None:
             host, port = cluster.frontend.advertised

@@ -4,10 +4,11 @@ Everything here runs on the frontend's event loop with ``grpc.aio`` channels. Th
 (GetTelemetrySubscriptions, PushTelemetry, request-time recording, the proxy's produce usage and topic
 mutations, connection admission and release, disconnects) go through one :class:`~._batcher.Batcher` each, so
 thousands of connections share a handful of RPCs per millisecond. Admin calls are rare and go one by one,
-carrying the Kafka client's principal (``x-quotaplane-principal``: the AdminService records it with every
-event) and, when the AdminService demands an operator credential, the frontend's own bearer token: the
-frontend has already authorized the Kafka principal itself (Kafka's ACL check), the token only proves to the
-AdminService that the call comes from a frontend it trusts.
+carrying the Kafka client's principal (``x-quotaplane-principal``) and the frontend's own bearer token
+(``quotaplane up`` makes one up for it at each start): the frontend has already authenticated the Kafka
+client (SASL) and authorized it (Kafka's ACL check); the token proves to the AdminService that the call comes
+from a frontend it trusts, and is what lets the principal asserted here be recorded with the change (the
+AdminService ignores that header from any other credential, and records the credential's own principal).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from quotaplane.v1 import telemetry_pb2 as tele_pb
 
 from ._batcher import Batcher
 
-__all__ = ["Backend", "GrpcTarget"]
+__all__ = ["Backend", "GrpcTarget", "PushItem", "push_batch"]
+
+#: One PushTelemetry for the gateway: (client_instance_id, subscription_id, terminating, compression_type, metrics,
+#: context, now_ms), the fields of ``telemetry_pb2.PushTelemetryRequest`` in order.
+PushItem = tuple[bytes, int, bool, int, bytes, tele_pb.RequestContext, int]
 
 #: The gateway refuses larger batches (GatewayConfig.max_batch_items is 10,000); stay well below it.
 _MAX_BATCH = 1000
@@ -37,6 +42,24 @@ _GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
+
+
+def push_batch(batch_id: int, items: Sequence[PushItem]) -> tele_pb.PushTelemetryBatch:
+    """The batch message of ``items``, each request built in place in the batch: a request message per push,
+    copied whole into the batch afterwards, cost a copy of every payload and context more (bench/frontend.py)."""
+    batch = tele_pb.PushTelemetryBatch(batch_id=batch_id)
+    add = batch.requests.add
+    for client_instance_id, subscription_id, terminating, compression_type, metrics, context, now_ms in items:
+        add(
+            client_instance_id=client_instance_id,
+            subscription_id=subscription_id,
+            terminating=terminating,
+            compression_type=compression_type,
+            metrics=metrics,
+            context=context,
+            now_ms=now_ms,
+        )
+    return batch
 
 
 class GrpcTarget:
@@ -85,7 +108,7 @@ class Backend:
     """
 
     def __init__(
-        self, gateway: GrpcTarget, admin: GrpcTarget, *, linger_s: float = 0.001, timeout_s: float = 30.0
+        self, gateway: GrpcTarget, admin: GrpcTarget, *, linger_s: float = 0.0, timeout_s: float = 30.0
     ) -> None:
         self._gateway_channel = gateway.channel()
         self._admin_channel = admin.channel()
@@ -100,12 +123,12 @@ class Backend:
         self.get_batcher: Batcher[tele_pb.GetTelemetrySubscriptionsRequest, tele_pb.GetTelemetrySubscriptionsResult] = (
             Batcher(self._get, linger_s=linger_s, max_items=_MAX_BATCH, name="get-telemetry-subscriptions")
         )
-        self.push_batcher: Batcher[tele_pb.PushTelemetryRequest, tele_pb.PushTelemetryResult] = Batcher(
+        self.push_batcher: Batcher[PushItem, tele_pb.PushTelemetryResult] = Batcher(
             self._push,
             linger_s=linger_s,
             max_items=_MAX_BATCH,
             max_bytes=_MAX_PUSH_BATCH_BYTES,
-            size_of=lambda request: len(request.metrics) + 256,  # + the context's strings, roughly
+            size_of=lambda item: len(item[4]) + 256,  # the metrics + the context's strings, roughly
             name="push-telemetry",
         )
         self.disconnect_batcher: Batcher[tele_pb.ClientDisconnected, bool] = Batcher(
@@ -158,8 +181,8 @@ class Backend:
         answer = await self.telemetry.GetTelemetrySubscriptions(batch, timeout=self.timeout_s)
         return answer.results
 
-    async def _push(self, items: list[tele_pb.PushTelemetryRequest]) -> Sequence[Any]:
-        batch = tele_pb.PushTelemetryBatch(batch_id=next(self._ids), requests=items)
+    async def _push(self, items: list[PushItem]) -> Sequence[Any]:
+        batch = push_batch(next(self._ids), items)
         answer = await self.telemetry.PushTelemetry(batch, timeout=self.timeout_s)
         return answer.results
 

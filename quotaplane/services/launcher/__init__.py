@@ -39,11 +39,19 @@ Why the details are as they are:
   operator authorization on the AdminService; the metrics endpoint stays plain HTTP (Prometheus scrapes
   it, and it changes nothing). This process holds no client certificate, so with TLS the readiness check
   is a TLS handshake with each listener instead of a gRPC health call (both servers set SERVING before
-  they listen, so an answering listener is a serving one).
+  they listen, so an answering listener is a serving one). The Kafka frontend gets a bearer token of its
+  own, made up at each start and accepted as a frontend's: it is what lets the AdminService record the
+  Kafka client's principal the frontend asserts (any other caller's claim is ignored once it holds a
+  credential).
+- **One cluster id per data directory** (``_cluster_id.py``): made on first use and kept in
+  ``DATA_DIR/meta.properties`` (Kafka's form), printed at start, and carried by every AdminService answer
+  (``x-quotaplane-cluster-id``), so a client told which cluster to expect notices a second instance that
+  took the same default port.
 
 One module per part: ``_common.py`` (defaults, :class:`LaunchError`), ``_checks.py`` (the checks before
 Ray starts), ``_ray.py`` (starting or joining Ray, its auth token), ``_cluster.py`` (the :class:`Cluster`
-handle), ``_servers.py`` (the in-process servers and their readiness checks), ``_launch.py`` (the order).
+handle), ``_servers.py`` (the in-process servers and their readiness checks), ``_cluster_id.py`` (the data
+directory's cluster id), ``_launch.py`` (the order).
 """
 
 from __future__ import annotations

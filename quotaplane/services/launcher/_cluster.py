@@ -69,6 +69,8 @@ class Cluster:
     kafka_listener: KafkaListener | None = None
     _frontend_token: str | None = field(default=None, repr=False)
     security: ServerSecurity | None = None
+    #: The data directory's cluster id (``DATA_DIR/meta.properties``), in every AdminService answer's trailers
+    cluster_id: str | None = None
     #: None: a private local Ray (stopped with the cluster); else the Ray cluster joined (actors detached)
     ray_address: str | None = None
     _lock_fd: int | None = None

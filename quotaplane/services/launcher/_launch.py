@@ -25,6 +25,7 @@ from ._checks import (
     ray_temp_dir_for,
 )
 from ._cluster import Cluster
+from ._cluster_id import data_dir_cluster_id
 from ._common import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_DATA_DIR,
@@ -76,7 +77,9 @@ def launch(
     ``admin_port=0`` picks a free port (``Cluster.admin_port`` tells which); so does ``gateway_port=0``
     (``Cluster.gateway_port``); ``gateway_port=None`` starts no gateway. ``say`` receives the start-up
     notes meant for the operator (e.g. that Ray's session went to a fallback directory). ``security``
-    (None: plaintext, AdminService open) is passed to the AdminService and the gateway.
+    (None: plaintext, AdminService open) is passed to the AdminService and the gateway. The data directory's
+    cluster id (``DATA_DIR/meta.properties``, made on first use: ``_cluster_id``) is ``Cluster.cluster_id``
+    and rides in every AdminService answer.
 
     ``frontend_port`` (None: none; 0: a free port, ``Cluster.frontend_port``) starts the Kafka-facing
     frontend (``services/frontend/server.py``) as a gRPC client of the gateway and the AdminService, with
@@ -110,6 +113,7 @@ def launch(
     data_dir = Path(data_dir).absolute()
     lock_fd = prepare_data_dir(data_dir)
     try:
+        cluster_id = data_dir_cluster_id(data_dir)
         if admin_port:
             check_port_free(host, admin_port)
         if gateway_port:
@@ -137,9 +141,14 @@ def launch(
         say("the Kafka frontend is not started: it cannot be a client of TLS gRPC listeners yet")
         frontend_port = None
     frontend_token = None
-    if frontend_port is not None and security is not None and security.operator_auth:
+    if frontend_port is not None:
+        # the frontend's own credential, made up for this run: it may assert the SASL principal of the Kafka
+        # client it forwards an admin request for (recorded with the change); without it, that assertion
+        # would be ignored as any caller's claim once the AdminService authenticates callers
+        from quotaplane.services._security import ServerSecurity
+
         frontend_token = secrets.token_urlsafe(32)
-        security = security.with_operator_token(frontend_token)
+        security = (security or ServerSecurity()).with_frontend_token(frontend_token)
     cluster = Cluster(
         data_dir,
         host,
@@ -153,6 +162,7 @@ def launch(
         frontend_port=frontend_port,
         kafka_listener=kafka_listener,
         _frontend_token=frontend_token,
+        cluster_id=cluster_id,
         _lock_fd=lock_fd,
     )
     try:

@@ -55,6 +55,7 @@ def start_admin(cluster: Cluster, timeout_s: float) -> None:
             ControllerBackend(cluster.controller),
             host_port(cluster.host, cluster.admin_port),
             security=cluster.security,
+            cluster_id=cluster.cluster_id,
         )
     except OSError as e:
         raise LaunchError(f"{first_line(e)} for the admin service") from None
@@ -82,9 +83,10 @@ def start_gateway(cluster: Cluster, timeout_s: float) -> None:
 
 def start_frontend(cluster: Cluster) -> None:
     """The Kafka-facing frontend in this process (a thread with its own event loop), a gRPC client of the
-    gateway and the AdminService like any other frontend. With operator credentials on the AdminService it
-    presents a token of its own, made up here for this run (``launch`` added its digest to the accepted
-    ones): it authorizes Kafka principals itself, by its operator list, as a broker's authorizer does."""
+    gateway and the AdminService like any other frontend. It presents a token of its own, made up for this
+    run (``launch`` added its digest to the accepted ones as a frontend's): it authorizes Kafka principals
+    itself, by its operator list, as a broker's authorizer does, and its token is what lets the AdminService
+    record the Kafka client's principal it asserts, instead of ignoring it as any other caller's claim."""
     from quotaplane.services.frontend import FrontendServer, GrpcTarget, KafkaListener
 
     assert cluster.frontend_port is not None and cluster.gateway_address is not None
