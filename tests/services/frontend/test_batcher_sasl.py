@@ -25,6 +25,48 @@ def test_items_of_one_linger_window_share_one_call_and_get_their_own_results() -
     assert calls == [[0, 1, 2, 3, 4]]
 
 
+def test_natural_batches_wait_while_max_in_flight_calls_are_out() -> None:
+    """Linger 0: an idle batcher sends at once; while ``max_in_flight`` calls are out, later items gather into
+    one batch sent when a call returns (2,000 connections in a burst made 2,000 one-item calls without it);
+    ``max_items`` still sends at once."""
+    calls: list[list[int]] = []
+    gates: list[asyncio.Event] = []
+
+    async def send(items: list[int]) -> list[int]:
+        calls.append(items)
+        gate = asyncio.Event()
+        gates.append(gate)
+        await gate.wait()
+        return [-i for i in items]
+
+    async def settle() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        batcher: Batcher[int, int] = Batcher(send, linger_s=0, max_items=4, max_in_flight=1)
+        first = batcher.submit(1)
+        await settle()
+        assert calls == [[1]]  # idle: sent at once
+        waiting = [batcher.submit(i) for i in (2, 3, 4)]
+        await settle()
+        assert calls == [[1]]  # one call out: the batch stays open
+        gates[0].set()
+        assert await first == -1
+        await settle()
+        assert calls == [[1], [2, 3, 4]]  # sent when the call returned, as one batch
+        full = [batcher.submit(i) for i in (5, 6, 7, 8)]  # max_items: sent though a call is out
+        await settle()
+        assert calls[-1] == [5, 6, 7, 8]
+        for gate in gates[1:]:
+            gate.set()
+        assert await asyncio.gather(*waiting, *full) == [-2, -3, -4, -5, -6, -7, -8]
+
+    asyncio.run(asyncio.wait_for(main(), 5))
+    with pytest.raises(ValueError, match="max_in_flight"):
+        Batcher(send, max_in_flight=0)
+
+
 def test_max_items_and_max_bytes_flush_early() -> None:
     calls: list[list[bytes]] = []
 
