@@ -62,6 +62,7 @@ __all__ = [
     "check_tls_answers",
     "exposure_warning",
     "is_loopback",
+    "subject_dn",
 ]
 
 #: The call metadata carrying an operator's bearer token (gRPC lower-cases metadata keys).
@@ -257,6 +258,83 @@ class PrincipalMapper:
             if name is not None:
                 return f"User:{name}"
         raise ValueError(f"no ssl.principal.mapping.rules rule applies to {dn}")
+
+
+# Java's X500Principal.getName() (RFC 2253) keywords; any other attribute is its OID with #hex of the DER value
+_DN_KEYWORDS = {
+    "2.5.4.3": "CN", "2.5.4.6": "C", "2.5.4.7": "L", "2.5.4.8": "ST", "2.5.4.10": "O", "2.5.4.11": "OU",
+    "2.5.4.9": "STREET", "0.9.2342.19200300.100.1.25": "DC", "0.9.2342.19200300.100.1.1": "UID",
+}  # fmt: skip
+_DN_STRINGS = {12: "utf-8", 19: "ascii", 22: "ascii", 20: "latin-1", 30: "utf-16-be", 28: "utf-32-be"}
+
+
+def _der(data: bytes, at: int) -> tuple[int, int, int]:
+    """(tag, start of the value, end of the value) of the DER element at ``at``."""
+    tag, length = data[at], data[at + 1]
+    at += 2
+    if length & 0x80:
+        n = length & 0x7F
+        length = int.from_bytes(data[at : at + n], "big")
+        at += n
+    if at + length > len(data):
+        raise ValueError("truncated DER")
+    return tag, at, at + length
+
+
+def _der_children(data: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
+    out = []
+    while start < end:
+        tag, value, stop = _der(data, start)
+        out.append((tag, start, value, stop))
+        start = stop
+    return out
+
+
+def _oid(raw: bytes) -> str:
+    parts, n = [], 0
+    for byte in raw[1:]:
+        n = (n << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            parts.append(str(n))
+            n = 0
+    first = raw[0]
+    head = [0, first] if first < 40 else [1, first - 40] if first < 80 else [2, first - 80]
+    return ".".join(map(str, [*head, *parts]))
+
+
+def _escape_dn_value(value: str) -> str:
+    out = "".join("\\" + c if c in ',+"\\<>;' else c for c in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def subject_dn(der_certificate: bytes) -> str:
+    """A DER certificate's subject as Java's ``X500Principal.getName()`` writes it (RFC 2253: last RDN first,
+    ``CN``/``C``/``L``/``ST``/``O``/``OU``/``STREET``/``DC``/``UID`` by name, other attributes as
+    ``OID=#<hex DER>``): what Kafka's ``ssl.principal.mapping.rules`` see (:class:`PrincipalMapper`)."""
+    _, cert, _ = _der(der_certificate, 0)
+    tbs = _der_children(der_certificate, *_der(der_certificate, cert)[1:])
+    fields = tbs[1:] if tbs[0][0] == 0xA0 else tbs  # skip the [0] version
+    _tag, _, subject_start, subject_end = fields[4]  # serial, signature, issuer, validity, subject
+    rdns = []
+    for _tag, _, set_start, set_end in _der_children(der_certificate, subject_start, subject_end):
+        avas = []
+        for _tag, _, ava_start, ava_end in _der_children(der_certificate, set_start, set_end):
+            (_, _, oid_start, oid_end), (value_tag, tlv_start, value_start, value_end) = _der_children(
+                der_certificate, ava_start, ava_end
+            )[:2]
+            oid = _oid(der_certificate[oid_start:oid_end])
+            keyword = _DN_KEYWORDS.get(oid)
+            if keyword is not None and value_tag in _DN_STRINGS:
+                text = der_certificate[value_start:value_end].decode(_DN_STRINGS[value_tag], errors="replace")
+                avas.append(f"{keyword}={_escape_dn_value(text)}")
+            else:
+                avas.append(f"{keyword or oid}=#{der_certificate[tlv_start:value_end].hex()}")
+        rdns.append("+".join(avas))
+    return ",".join(reversed(rdns))
 
 
 # --- the server side --------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from quotaplane.services.launcher import (
 )
 
 if TYPE_CHECKING:
-    from quotaplane.services._security import ServerSecurity
+    from quotaplane.services._security import ClientSecurity, ServerSecurity
     from quotaplane.services.frontend import KafkaListener
 
 __all__ = ["add_up_command", "run_up"]
@@ -123,12 +123,45 @@ def _add_frontend_options(up: argparse.ArgumentParser) -> None:
         help="SASL/PLAIN on the Kafka listener: 'user:password' one a line (principals User:<user>)",
     )
     kafka.add_argument(
+        "--sasl-scram-credentials-file",
+        metavar="FILE",
+        help="SASL/SCRAM-SHA-256 and -512 on the Kafka listener: 'user:MECHANISM:salt=...,stored_key=...,"
+        "server_key=...,iterations=N' one a line (Kafka's stored form; no passwords)",
+    )
+    kafka.add_argument(
         "--kafka-operators",
         metavar="PRINCIPAL,...",
         help="principals allowed the Kafka admin APIs, e.g. User:admin (with SASL and no list: nobody)",
     )
     kafka.add_argument("--kafka-tls-cert", metavar="PEM", help="server certificate chain: TLS on the Kafka listener")
     kafka.add_argument("--kafka-tls-key", metavar="PEM", help="its private key (unencrypted)")
+    kafka.add_argument(
+        "--kafka-tls-client-ca",
+        metavar="PEM",
+        help="mutual TLS on the Kafka listener (ssl.client.auth=required): without SASL, a client certificate's "
+        "subject is the principal",
+    )
+    kafka.add_argument(
+        "--kafka-ssl-principal-mapping-rules",
+        metavar="RULES",
+        default="DEFAULT",
+        help="Kafka's ssl.principal.mapping.rules for those subjects, e.g. 'RULE:^CN=([^,]*).*$/$1/L,DEFAULT'",
+    )
+    kafka.add_argument(
+        "--frontend-tls-ca",
+        metavar="PEM",
+        help="CA the frontend trusts for the TLS gRPC listeners (default: --tls-client-ca, then --tls-cert's chain)",
+    )
+    kafka.add_argument(
+        "--frontend-tls-cert",
+        metavar="PEM",
+        help="the frontend's client certificate for mutual TLS gRPC listeners (default: --tls-cert, when it "
+        "allows client authentication)",
+    )
+    kafka.add_argument("--frontend-tls-key", metavar="PEM", help="its private key (unencrypted)")
+    kafka.add_argument(
+        "--frontend-tls-server-name", metavar="NAME", help="name the gRPC listeners' certificate holds (default --host)"
+    )
     proxy = up.add_argument_group("Kafka proxy (the frontend in front of real brokers)")
     proxy.add_argument(
         "--upstream-bootstrap",
@@ -157,7 +190,8 @@ def _add_frontend_options(up: argparse.ArgumentParser) -> None:
 def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, KafkaListener | None]:
     """The frontend's port (None: none) and ``KafkaListener`` from ``up``'s flags; bad values and files are
     a LaunchError / ValueError with one line."""
-    from quotaplane.services.frontend import KafkaListener, PlainCredentials, tls_context
+    from quotaplane.services._security import PrincipalMapper
+    from quotaplane.services.frontend import KafkaListener, PlainCredentials, ScramCredentials, tls_context
     from quotaplane.services.proxy import ProxyConfig, UpstreamSasl
 
     port = _int_option("--frontend-port", args.frontend_port)
@@ -165,6 +199,8 @@ def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, KafkaListener
         return None, None
     if (args.kafka_tls_cert is None) != (args.kafka_tls_key is None):
         raise ValueError("--kafka-tls-cert needs --kafka-tls-key, and a key its certificate")
+    if args.kafka_tls_client_ca is not None and args.kafka_tls_cert is None:
+        raise ValueError("--kafka-tls-client-ca (mutual TLS) needs --kafka-tls-cert and --kafka-tls-key")
     operators = None
     if args.kafka_operators is not None:
         operators = frozenset(p.strip() for p in args.kafka_operators.split(",") if p.strip())
@@ -173,6 +209,7 @@ def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, KafkaListener
                 raise ValueError(f"--kafka-operators: {principal!r} is not a principal such as User:admin")
     advertised_port = args.advertised_port
     credentials = args.sasl_credentials_file
+    scram = args.sasl_scram_credentials_file
     upstream = None
     if (args.upstream_sasl_username is None) != (args.upstream_sasl_password_file is None):
         raise ValueError("--upstream-sasl-username needs --upstream-sasl-password-file, and a password file a user")
@@ -198,11 +235,29 @@ def _kafka_listener(args: argparse.Namespace) -> tuple[int | None, KafkaListener
         advertised_port=None if advertised_port is None else _int_option("--advertised-port", advertised_port),
         node_id=_int_option("--kafka-node-id", args.kafka_node_id),
         sasl_credentials=None if credentials is None else PlainCredentials.load(credentials),
+        scram_credentials=None if scram is None else ScramCredentials.load(scram),
         operators=operators,
-        ssl_context=None if args.kafka_tls_cert is None else tls_context(args.kafka_tls_cert, args.kafka_tls_key),
+        ssl_context=None
+        if args.kafka_tls_cert is None
+        else tls_context(args.kafka_tls_cert, args.kafka_tls_key, args.kafka_tls_client_ca),
+        principal_mapper=PrincipalMapper.parse(args.kafka_ssl_principal_mapping_rules),
         upstream=upstream,
     )
     return port, listener
+
+
+def _frontend_client(args: argparse.Namespace) -> ClientSecurity | None:
+    """The frontend's own TLS client material for the gRPC listeners (None: the defaults, see
+    ``launcher/_frontend_tls.py``); a bad file is a ValueError naming it."""
+    from quotaplane.services._security import ClientSecurity
+
+    if (args.frontend_tls_cert is None) != (args.frontend_tls_key is None):
+        raise ValueError("--frontend-tls-cert needs --frontend-tls-key, and a key its certificate")
+    if args.frontend_tls_ca is None and args.frontend_tls_cert is None:
+        return None
+    return ClientSecurity.load(
+        ca_file=args.frontend_tls_ca, cert_file=args.frontend_tls_cert, key_file=args.frontend_tls_key
+    )
 
 
 def _int_option(name: str, text: str) -> int:
@@ -242,6 +297,7 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         security = _server_security(args)
         frontend_port, kafka_listener = _kafka_listener(args)
+        frontend_client = _frontend_client(args)
         shard_resources = parse_resource_flags("--shard-resource", args.shard_resource)
         controller_resources = parse_resource_flags("--controller-resource", args.controller_resource)
     except (ValueError, LaunchError) as e:
@@ -263,6 +319,8 @@ def run_up(args: argparse.Namespace) -> int:
             ray_address=args.ray_address,
             frontend_port=frontend_port,
             kafka_listener=kafka_listener,
+            frontend_client=frontend_client,
+            frontend_server_name=args.frontend_tls_server_name,
             shard_resources=shard_resources,
             controller_resources=controller_resources,
             spread_shards=args.spread_shards,

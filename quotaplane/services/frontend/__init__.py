@@ -8,7 +8,7 @@ SASL/PLAIN (``_sasl.py``). See ``server.py`` for why it is built this way.
 
 from ._backend import GrpcTarget
 from ._config import PROXY_MAX_REQUEST_BYTES
-from ._sasl import PlainCredentials, SaslError
+from ._sasl import PlainCredentials, SaslError, ScramCredentials, scram_credential_line
 from .server import (
     DEFAULT_FRONTEND_PORT,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -31,6 +31,8 @@ __all__ = [
     "KafkaListener",
     "PlainCredentials",
     "SaslError",
+    "ScramCredentials",
+    "scram_credential_line",
     "serve_frontend",
     "tls_context",
 ]

@@ -9,10 +9,11 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
+from quotaplane.services._security import PrincipalMapper
 from quotaplane.services.proxy import ProxyConfig
 
 from ._backend import GrpcTarget
-from ._sasl import PlainCredentials
+from ._sasl import PlainCredentials, ScramCredentials
 
 __all__ = [
     "DEFAULT_FRONTEND_PORT",
@@ -32,6 +33,8 @@ DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 PROXY_MAX_REQUEST_BYTES = 100 * 1024 * 1024
 #: The largest THROTTLE wait of an accepted socket before it is abandoned (the shard's own bound is 60 s).
 _MAX_ADMISSION_WAIT_S = 55.0
+#: Kafka's default ``ssl.principal.mapping.rules``: the whole subject DN.
+_DEFAULT_MAPPER = PrincipalMapper()
 
 
 def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
@@ -67,12 +70,18 @@ class FrontendConfig:
     #: The broker id presented in Metadata, and the node whose connection budget this frontend counts in.
     node_id: int = 0
     cluster_id: str = "quotaplane"
-    #: SASL/PLAIN users; None: no SASL (principal ``User:ANONYMOUS``).
+    #: SASL/PLAIN users; None: no PLAIN.
     sasl_credentials: PlainCredentials | None = None
+    #: SASL/SCRAM-SHA-256 and -512 users' stored credentials; None: no SCRAM. Neither: no SASL (the principal
+    #: is ``User:ANONYMOUS``, or the client certificate's under mutual TLS).
+    scram_credentials: ScramCredentials | None = None
     #: Principals allowed to use the admin APIs; None: no list (open without SASL, closed with SASL).
     operators: frozenset[str] | None = None
-    #: TLS on the Kafka listener.
+    #: TLS on the Kafka listener (``tls_context``; with a client CA, Kafka's ``ssl.client.auth=required``).
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    #: Kafka's ``ssl.principal.mapping.rules``: a client certificate's subject to its principal (SSL listener
+    #: with client authentication and no SASL).
+    principal_mapper: PrincipalMapper = _DEFAULT_MAPPER
     #: Kafka's ``socket.request.max.bytes``; None: 8 MiB, or 100 MiB (Kafka's default) in proxy mode.
     max_request_bytes: int | None = None
     #: Kafka's ``connections.max.idle.ms`` (10 minutes).
@@ -108,7 +117,12 @@ class FrontendConfig:
 
     @property
     def sasl_enabled(self) -> bool:
-        return self.sasl_credentials is not None
+        return self.sasl_credentials is not None or self.scram_credentials is not None
+
+    @property
+    def ssl_client_auth(self) -> bool:
+        """Whether Kafka clients must present a certificate (``ssl.client.auth=required``)."""
+        return self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED
 
     @property
     def listener_name(self) -> str:
@@ -128,8 +142,10 @@ class KafkaListener:
     advertised_port: int | None = None
     node_id: int = 0
     sasl_credentials: PlainCredentials | None = None
+    scram_credentials: ScramCredentials | None = None
     operators: frozenset[str] | None = None
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    principal_mapper: PrincipalMapper = _DEFAULT_MAPPER
     #: Proxy mode (``up --upstream-bootstrap``): the upstream Kafka cluster this frontend fronts.
     upstream: ProxyConfig | None = None
 
@@ -143,8 +159,10 @@ class KafkaListener:
             advertised_port=self.advertised_port,
             node_id=self.node_id,
             sasl_credentials=self.sasl_credentials,
+            scram_credentials=self.scram_credentials,
             operators=self.operators,
             ssl_context=self.ssl_context,
+            principal_mapper=self.principal_mapper,
             upstream=self.upstream,
         )
 

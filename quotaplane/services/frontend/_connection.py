@@ -52,6 +52,7 @@ from quotaplane.protocol import (
     encode_response,
 )
 from quotaplane.protocol.frames import peek_request
+from quotaplane.services._security import subject_dn
 from quotaplane.v1 import connection_pb2 as conn_pb
 from quotaplane.v1 import telemetry_pb2 as tele_pb
 
@@ -128,6 +129,20 @@ def _admit_without_gateway(server: FrontendServer) -> bool:
     return proxy is not None and not proxy.config.fail_closed
 
 
+def _certificate_principal(server: FrontendServer, writer: asyncio.StreamWriter) -> str:
+    """An SSL listener's principal with client authentication (Kafka's ``DefaultKafkaPrincipalBuilder``): the
+    verified client certificate's subject DN through ``ssl.principal.mapping.rules``. A subject no rule maps
+    fails the connection, as Kafka fails its authentication."""
+    ssl_object = writer.get_extra_info("ssl_object")
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    if not der:  # the handshake required one: cannot happen with CERT_REQUIRED
+        raise CloseConnection("no client certificate on a listener requiring one")
+    try:
+        return server.config.principal_mapper.principal(subject_dn(der))
+    except ValueError as e:
+        raise CloseConnection(f"client certificate not authenticated: {e}") from None
+
+
 def _peer_ip(peer: Any) -> tuple[str, int]:
     if isinstance(peer, tuple) and len(peer) >= 2:
         host = str(peer[0]).split("%", 1)[0]
@@ -163,10 +178,13 @@ async def serve_connection(
         stats.connections_open += 1
         state = ConnectionState(server.next_connection_id(), ip, port, sasl=server.config.sasl_enabled)
         state.upstream_node = node
+        if server.config.ssl_client_auth and not server.config.sasl_enabled:
+            state.principal = _certificate_principal(server, writer)
         try:
             await _loop(server, state, reader, writer)
         finally:
             stats.connections_open -= 1
+            server.scram_exchanges.pop(state.connection_id, None)
             if state.upstream is not None:
                 await state.upstream.close()
     except CloseConnection as e:
@@ -253,10 +271,9 @@ async def _serve_frames(
         now_ms = _wall_ms()
         start_ns = time.perf_counter_ns()
         state.waited_ns = 0
-        if state.raw_sasl:  # SaslHandshake v0: a bare PLAIN token, answered with an empty frame
-            state.raw_sasl = False
-            authenticate_token(server, state, frame)
-            writer.write(_SIZE.pack(0))
+        if state.raw_sasl:  # SaslHandshake v0: bare tokens, each answered by a bare frame (PLAIN's is empty)
+            answer = authenticate_token(server, state, frame)
+            writer.write(_SIZE.pack(len(answer)) + answer)
             await writer.drain()
             continue
         if server.proxy is not None:

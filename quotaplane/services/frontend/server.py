@@ -55,7 +55,7 @@ from ._connection import serve_connection
 from ._handlers import SERVED_APIS, KafkaApis
 from ._loop import new_event_loop
 from ._quotas import refresh_enabled_quotas
-from ._sasl import PlainCredentials
+from ._sasl import PlainCredentials, ScramServer
 
 __all__ = [
     "DEFAULT_FRONTEND_PORT",
@@ -105,6 +105,8 @@ class FrontendServer:
         self._last_backend_log = 0.0
         self._suppressed = 0
         self._closed = False
+        #: connection id -> its SCRAM exchange between SaslHandshake and the last SaslAuthenticate
+        self.scram_exchanges: dict[str, ScramServer] = {}
 
     # --- identity --------------------------------------------------------------------------------------
     def next_connection_id(self) -> str:

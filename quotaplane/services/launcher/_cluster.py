@@ -23,7 +23,7 @@ from ._common import LaunchError, host_port
 from ._ray import forget_ray_auth_token, refresh_ray_config
 
 if TYPE_CHECKING:
-    from quotaplane.services._security import ServerSecurity
+    from quotaplane.services._security import ClientSecurity, ServerSecurity
     from quotaplane.services.frontend import KafkaListener
 
 __all__ = ["Cluster", "ClusterStatus"]
@@ -69,6 +69,10 @@ class Cluster:
     kafka_listener: KafkaListener | None = None
     _frontend_token: str | None = field(default=None, repr=False)
     security: ServerSecurity | None = None
+    #: How the Kafka frontend reaches TLS gRPC listeners (its CA, and its client certificate under mutual TLS;
+    #: None: defaults, see ``_frontend_tls.py``), and the name it expects in their certificate (None: the host)
+    frontend_client: ClientSecurity | None = field(default=None, repr=False)
+    frontend_server_name: str | None = None
     #: The data directory's cluster id (``DATA_DIR/meta.properties``), in every AdminService answer's trailers
     cluster_id: str | None = None
     #: None: a private local Ray (stopped with the cluster); else the Ray cluster joined (actors detached)

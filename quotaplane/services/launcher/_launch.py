@@ -40,7 +40,7 @@ from ._ray import placement_hint, ray_reason, start_ray
 from ._servers import start_admin, start_frontend, start_gateway, start_metrics
 
 if TYPE_CHECKING:
-    from quotaplane.services._security import ServerSecurity
+    from quotaplane.services._security import ClientSecurity, ServerSecurity
     from quotaplane.services.frontend import KafkaListener
 
 __all__ = ["launch"]
@@ -65,6 +65,8 @@ def launch(
     shard_resources: Mapping[str, float] | None = None,
     controller_resources: Mapping[str, float] | None = None,
     spread_shards: bool = False,
+    frontend_client: ClientSecurity | None = None,
+    frontend_server_name: str | None = None,
 ) -> Cluster:
     """Start everything and return once it answers; :class:`LaunchError` (one line) if it cannot.
 
@@ -84,7 +86,11 @@ def launch(
     ``frontend_port`` (None: none; 0: a free port, ``Cluster.frontend_port``) starts the Kafka-facing
     frontend (``services/frontend/server.py``) as a gRPC client of the gateway and the AdminService, with
     ``kafka_listener``'s advertised address, node id, SASL, operators and TLS. The CLI's ``up`` passes
-    9092; this function defaults to none so embedding it claims no Kafka port unasked.
+    9092; this function defaults to none so embedding it claims no Kafka port unasked. With TLS on the gRPC
+    listeners the frontend's channels use TLS: ``frontend_client`` (its CA, and its client certificate under
+    mutual TLS) or the defaults of ``_frontend_tls.py`` (the client CA or the server chain as CA, the server
+    certificate as client), proved by a health call before the frontend starts; ``frontend_server_name`` is
+    the name its listeners' certificate must match (default: the host).
 
     ``shard_resources`` / ``controller_resources`` (Ray custom resources, e.g. ``{"quotaplane_shard": 1}``)
     are asked for by each shard / the controller, so Ray places them, and restarts them, only on raylets
@@ -135,11 +141,6 @@ def launch(
     except BaseException:
         os.close(lock_fd)
         raise
-    if frontend_port is not None and security is not None and security.tls:
-        # its gRPC client would need a certificate trusted by (and, under mutual TLS, signed for) the TLS
-        # listeners, which this process does not hold
-        say("the Kafka frontend is not started: it cannot be a client of TLS gRPC listeners yet")
-        frontend_port = None
     frontend_token = None
     if frontend_port is not None:
         # the frontend's own credential, made up for this run: it may assert the SASL principal of the Kafka
@@ -162,6 +163,8 @@ def launch(
         frontend_port=frontend_port,
         kafka_listener=kafka_listener,
         _frontend_token=frontend_token,
+        frontend_client=frontend_client,
+        frontend_server_name=frontend_server_name,
         cluster_id=cluster_id,
         _lock_fd=lock_fd,
     )

@@ -86,18 +86,22 @@ def start_frontend(cluster: Cluster) -> None:
     gateway and the AdminService like any other frontend. It presents a token of its own, made up for this
     run (``launch`` added its digest to the accepted ones as a frontend's): it authorizes Kafka principals
     itself, by its operator list, as a broker's authorizer does, and its token is what lets the AdminService
-    record the Kafka client's principal it asserts, instead of ignoring it as any other caller's claim."""
+    record the Kafka client's principal it asserts, instead of ignoring it as any other caller's claim. With TLS
+    on the listeners its channels use TLS too (``_frontend_tls.py``: the CA, and a client certificate under
+    mutual TLS)."""
     from quotaplane.services.frontend import FrontendServer, GrpcTarget, KafkaListener
 
     assert cluster.frontend_port is not None and cluster.gateway_address is not None
     listener = cluster.kafka_listener or KafkaListener()
+    if cluster.security is not None and cluster.security.tls:
+        from ._frontend_tls import frontend_targets
+
+        gateway, admin = frontend_targets(cluster)  # the CA to trust and its client certificate, proved
+    else:
+        gateway = GrpcTarget(cluster.gateway_address)
+        admin = GrpcTarget(cluster.admin_address, token=cluster._frontend_token)
     try:
-        config = listener.config(
-            GrpcTarget(cluster.gateway_address),
-            GrpcTarget(cluster.admin_address, token=cluster._frontend_token),
-            cluster.host,
-            cluster.frontend_port,
-        )
+        config = listener.config(gateway, admin, cluster.host, cluster.frontend_port)
         frontend = FrontendServer(config)
         frontend.start()
     except (OSError, ValueError) as e:
