@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 import ray
 
+from quotaplane.services.launcher._ray import forget_ray_auth_token
 from tests.support import environment
 
 T = TypeVar("T")
@@ -29,6 +30,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     temp_dir = tmp_path_factory.mktemp("ray")
     # RAY_AUTH_MODE unset: Ray finds the token and turns token auth on itself
     with environment(RAY_TMPDIR=str(temp_dir), RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)):
+        # Ray caches the token per process: without this a module's Ray after another's runs its GCS with the
+        # new token while the driver sends the old one ("Failed to start GCS")
+        forget_ray_auth_token()
         ray.init(
             num_cpus=2,
             include_dashboard=False,

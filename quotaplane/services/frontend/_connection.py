@@ -73,6 +73,9 @@ __all__ = ["ANONYMOUS", "CloseConnection", "ConnectionState", "serve_connection"
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+#: Kafka's ``connection.failed.authentication.delay.ms`` default: how long a connection whose authentication
+#: failed stays open after the error is written (it also slows a password guesser down)
+FAILED_AUTHENTICATION_DELAY_S = 0.1
 _ADMIT, _THROTTLE, _REJECT = conn_pb.AdmitResult.ADMIT, conn_pb.AdmitResult.THROTTLE, conn_pb.AdmitResult.REJECT
 #: How often a connection waiting for a free slot (THROTTLE with 0 ms) asks again.
 _SLOT_POLL_S = 0.1
@@ -341,7 +344,10 @@ async def _serve_frames(
         if writer.transport.get_write_buffer_size():  # an empty buffer has nothing to wait for (and the next read
             await writer.drain()  # meets a closed connection as drain would)
         if request.api_key == ApiKey.SASL_AUTHENTICATE and body.error_code:
-            raise CloseConnection()  # Kafka closes after a failed authentication
+            # Kafka closes after a failed authentication, connection.failed.authentication.delay.ms later: the
+            # client reads the error before the close (closed at once, kafka-python saw a disconnect instead)
+            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+            raise CloseConnection()
         if throttle_ms > 0:  # Kafka mutes the channel until the throttle has passed
             stats.throttled_responses += 1
             await asyncio.sleep(throttle_ms / 1000)
