@@ -171,31 +171,45 @@ def disk(b: Bench) -> dict:
     }
 
 
+def _race(threads: int, work: Callable[[int], list[float]]) -> tuple[float, list[float]]:
+    """``work(t)`` on ``threads`` threads released together: the wall time from the release until the last one
+    is done, and every latency they returned."""
+    barrier = threading.Barrier(threads + 1)
+    latencies: list[float] = []
+
+    def worker(t: int) -> None:
+        barrier.wait()
+        latencies.extend(work(t))
+
+    workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - t0, latencies
+
+
+def _frames(log: EventLog) -> int:
+    return sum(len(s.bases) for s in log._segments)
+
+
 def _appends(b: Bench, threads: int, per_thread: int) -> dict:
     directory = b.root / f"appends-{threads}"
     events = [[client_quota_event(t * per_thread + j) for j in range(per_thread)] for t in range(threads)]
-    latencies: list[float] = []
-    barrier = threading.Barrier(threads + 1)
     with EventLog.open(directory) as log:
 
-        def worker(mine: list[pb.Event]) -> None:
+        def work(t: int) -> list[float]:
             own = []
-            barrier.wait()
-            for e in mine:
-                t = time.perf_counter()
+            for e in events[t]:
+                start = time.perf_counter()
                 log.append([e])
-                own.append(time.perf_counter() - t)
-            latencies.extend(own)
+                own.append(time.perf_counter() - start)
+            return own
 
-        workers = [threading.Thread(target=worker, args=(events[t],)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - t0
-        frames = sum(len(s.bases) for s in log._segments)
+        elapsed, latencies = _race(threads, work)
+        frames = _frames(log)
     shutil.rmtree(directory)
     total = threads * per_thread
     return {
@@ -213,34 +227,24 @@ def _pipelined(b: Bench, threads: int, per_thread: int, window: int) -> dict:
     for the oldest); an event counts once ``wait`` returned, i.e. once it is durable."""
     directory = b.root / f"pipelined-{threads}"
     events = [[client_quota_event(t * per_thread + j) for j in range(per_thread)] for t in range(threads)]
-    latencies: list[float] = []
-    barrier = threading.Barrier(threads + 1)
     with EventLog.open(directory) as log:
 
-        def worker(mine: list[pb.Event]) -> None:
+        def work(t: int) -> list[float]:
             own = []
             in_flight: collections.deque = collections.deque()
-            barrier.wait()
-            for e in mine:
+            for e in events[t]:
                 if len(in_flight) == window:
-                    t, pending = in_flight.popleft()
+                    start, pending = in_flight.popleft()
                     pending.wait()
-                    own.append(time.perf_counter() - t)
+                    own.append(time.perf_counter() - start)
                 in_flight.append((time.perf_counter(), log.submit([e])))
-            for t, pending in in_flight:
+            for start, pending in in_flight:
                 pending.wait()
-                own.append(time.perf_counter() - t)
-            latencies.extend(own)
+                own.append(time.perf_counter() - start)
+            return own
 
-        workers = [threading.Thread(target=worker, args=(events[t],)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - t0
-        frames = sum(len(s.bases) for s in log._segments)
+        elapsed, latencies = _race(threads, work)
+        frames = _frames(log)
         assert log.end_offset == threads * per_thread
     shutil.rmtree(directory)
     total = threads * per_thread
@@ -262,23 +266,15 @@ def _batched(b: Bench, threads: int, per_thread: int, batch: int) -> dict:
         [[client_quota_event((t * per_thread + j) * batch + k) for k in range(batch)] for j in range(per_thread)]
         for t in range(threads)
     ]
-    barrier = threading.Barrier(threads + 1)
     with EventLog.open(directory) as log:
 
-        def worker(mine: list[list[pb.Event]]) -> None:
-            barrier.wait()
-            for events in mine:
+        def work(t: int) -> list[float]:
+            for events in calls[t]:
                 log.append(events)
+            return []
 
-        workers = [threading.Thread(target=worker, args=(calls[t],)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - t0
-        frames = sum(len(s.bases) for s in log._segments)
+        elapsed, _ = _race(threads, work)
+        frames = _frames(log)
     shutil.rmtree(directory)
     total = threads * per_thread * batch
     return {
@@ -306,31 +302,21 @@ def _store_changes(b: Bench, threads: int, per_thread: int) -> dict:
         ]
         for t in range(threads)
     ]
-    latencies: list[float] = []
-    barrier = threading.Barrier(threads + 1)
     with ConfigStore.open(directory) as store:
 
-        def worker(t: int) -> None:
+        def work(t: int) -> list[float]:
             own = []
-            barrier.wait()
             for j, alteration in enumerate(calls[t]):
-                s = time.perf_counter()
+                start = time.perf_counter()
                 [result] = store.alter_client_quotas(
                     [alteration], now_ms=T0 + j, principal="User:admin", request_id=f"bench-{t}-{j}"
                 )
-                own.append(time.perf_counter() - s)
+                own.append(time.perf_counter() - start)
                 assert result.ok, result
-            latencies.extend(own)
+            return own
 
-        workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - t0
-        frames = sum(len(s.bases) for s in store.log._segments)
+        elapsed, latencies = _race(threads, work)
+        frames = _frames(store.log)
         assert store.end_offset == threads * per_thread
     shutil.rmtree(directory)
     total = threads * per_thread

@@ -145,17 +145,28 @@ def _thread_component(name: str) -> str:
     return "launcher_other"  # the Ray driver, gRPC's own threads, the config poll, this script
 
 
-def _process_component(pid: str) -> str | None:
+def ray_process_role(pid: str) -> str | None:
+    """What a process started by this one is, from its command line: ``shard``, ``controller``, ``raylet``,
+    ``gcs_server``, or None (the binary's name for Ray's own, so a Python process naming one in an argument is
+    not taken for it)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ")
     except OSError:
         return None
-    if b"ShardActor" in cmd:
-        return "shards"
-    if b"raylet" in cmd or b"gcs_server" in cmd:
-        return "ray_system"
+    if b"ray::ShardActor" in cmd:
+        return "shard"
+    if b"ray::ConfigController" in cmd:
+        return "controller"
+    if cmd.split(b" ", 1)[0].endswith(b"/raylet"):
+        return "raylet"
+    if b"gcs_server" in cmd.split(b" ", 1)[0]:
+        return "gcs_server"
     return None
+
+
+#: ``cpu_snapshot``'s component of each role counted (the controller is idle in this benchmark)
+_CPU_COMPONENTS = {"shard": "shards", "raylet": "ray_system", "gcs_server": "ray_system"}
 
 
 def cpu_snapshot() -> dict[str, float]:
@@ -178,7 +189,7 @@ def cpu_snapshot() -> dict[str, float]:
         named += spent
     out["launcher_other"] = time.process_time() - named
     for pid in _descendants():
-        component = _process_component(pid)
+        component = _CPU_COMPONENTS.get(ray_process_role(pid) or "")
         if component is not None:
             out[component] += _process_cpu_s(int(pid))
     return dict(out)

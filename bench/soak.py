@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _machine import machine
 from cluster_quota import percentile, quotas, split, workload
-from frontend import _descendants, _KafkaClients, _new_event_loop, _Pusher, _PushRun
+from frontend import _descendants, _KafkaClients, _new_event_loop, _Pusher, _PushRun, ray_process_role
 
 SUBSCRIPTION = "soak"
 FD_THREAD_SLACK = 2
@@ -239,29 +239,12 @@ def _status(pid: int) -> dict[str, int] | None:
     }
 
 
-def _role(pid: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ")
-    except OSError:
-        return None
-    if b"ray::ShardActor" in cmd:
-        return "shard"
-    if b"ray::ConfigController" in cmd:
-        return "controller"
-    if cmd.split(b" ", 1)[0].endswith(b"/raylet"):  # the binary, not a Python process naming it in an argument
-        return "raylet"
-    if b"gcs_server" in cmd:
-        return "gcs_server"
-    return None
-
-
 def find_processes() -> dict[str, int]:
     """Name -> pid of the processes sampled: ``launcher`` (this one), ``shard-i`` (by pid order),
     ``controller``, ``raylet``, ``gcs_server``."""
     found: dict[str, list[int]] = {}
     for pid in _descendants():
-        role = _role(pid)
+        role = ray_process_role(pid)
         if role is not None:
             found.setdefault(role, []).append(int(pid))
     out = {"launcher": os.getpid()}

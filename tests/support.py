@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
@@ -33,3 +34,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def run_threads(target: Callable[[int], None], n: int, *, timeout_s: float = 60.0) -> None:
+    """``target(0)`` ... ``target(n - 1)`` on ``n`` threads at once; fails with every error any thread raised."""
+    errors: list[BaseException] = []
+
+    def run(t: int) -> None:
+        try:
+            target(t)
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    assert not errors, errors

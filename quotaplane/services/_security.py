@@ -558,17 +558,26 @@ class _OperatorInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or not handler_call_details.method.startswith(self._prefixes):  # type: ignore[attr-defined]
             return handler
-        codecs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(_guard(handler.unary_unary, self._security), **codecs)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(_guard(handler.unary_stream, self._security), **codecs)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(_guard(handler.stream_unary, self._security), **codecs)
-        return grpc.stream_stream_rpc_method_handler(_guard(handler.stream_stream, self._security), **codecs)
+        return wrap_rpc_handler(handler, lambda behavior: _guard(behavior, self._security))
+
+
+def wrap_rpc_handler(
+    handler: grpc.RpcMethodHandler, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> grpc.RpcMethodHandler:
+    """``handler`` with its behaviour (whichever of the four call shapes it has) replaced by ``wrap(behaviour)``,
+    its codecs kept: what a server interceptor that must run inside the handler (with the ServicerContext)
+    returns."""
+    codecs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary), **codecs)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream), **codecs)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary), **codecs)
+    return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream), **codecs)
 
 
 def bind_port(server: grpc.Server, address: str, security: ServerSecurity | None) -> int:

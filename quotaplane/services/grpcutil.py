@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ._security import ServerSecurity, bind_port
+from ._security import ServerSecurity, bind_port, wrap_rpc_handler
 
 __all__ = [
     "HEALTH_SERVICE_NAME",
@@ -175,17 +175,7 @@ class _TrailersInterceptor(grpc.ServerInterceptor):
         trailers = self._trailers.get(method[: method.rfind("/") + 1])
         if handler is None or not trailers:
             return handler
-        codecs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(_with_trailers(handler.unary_unary, trailers), **codecs)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(_with_trailers(handler.unary_stream, trailers), **codecs)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(_with_trailers(handler.stream_unary, trailers), **codecs)
-        return grpc.stream_stream_rpc_method_handler(_with_trailers(handler.stream_stream, trailers), **codecs)
+        return wrap_rpc_handler(handler, lambda behavior: _with_trailers(behavior, trailers))
 
 
 def start_server(

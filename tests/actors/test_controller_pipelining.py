@@ -17,6 +17,7 @@ from quotaplane.actors import start_controller
 from quotaplane.actors.controller import DEFAULT_MAX_CONCURRENCY, ConfigController
 from quotaplane.config import ClientQuotaAlteration, decode_columns
 from quotaplane.config.logformat import iter_frames
+from tests.support import run_threads
 
 NOW = 1_700_000_000_000
 _names = itertools.count()
@@ -68,23 +69,14 @@ def test_sixteen_concurrent_writes_share_fsyncs_and_each_event_is_pushed_once_in
         monkeypatch.setattr(controller, "_read", read)
         threads, per_thread = 16, 10
         barrier = threading.Barrier(threads)
-        errors: list[BaseException] = []
 
         def writer(t: int) -> None:
-            try:
-                barrier.wait()
-                for j in range(per_thread):
-                    [result] = controller.alter_client_quotas(_alteration(t, j), request_id=f"r-{t}-{j}")
-                    assert result.ok
-            except BaseException as e:  # reported below
-                errors.append(e)
+            barrier.wait()
+            for j in range(per_thread):
+                [result] = controller.alter_client_quotas(_alteration(t, j), request_id=f"r-{t}-{j}")
+                assert result.ok
 
-        workers = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join(60)
-        assert not errors, errors
+        run_threads(writer, threads)
         total = threads * per_thread
         assert controller.end_offset() == total
         assert len(_frames(data_dir)) < total  # fsyncs were shared

@@ -15,20 +15,7 @@ from quotaplane.config import EventLog, EventLogClosedError, EventLogFailedError
 from quotaplane.config.logformat import iter_frames
 from quotaplane.v1 import config_events_pb2 as pb
 
-T0 = 1_700_000_000_000
-
-
-def event(i: int) -> pb.Event:
-    return pb.Event(
-        commit_time_ms=T0 + i,
-        principal="User:admin",
-        request_id=f"req-{i}",
-        client_quota=pb.ClientQuotaRecord(
-            entity=[pb.EntityData(entity_type="user", entity_name=f"user-{i % 5}")],
-            key="producer_byte_rate",
-            value=1024.0 * i,
-        ),
-    )
+from .test_framing import event
 
 
 def frame_counts(log: EventLog) -> list[int]:

@@ -33,6 +33,7 @@ from quotaplane.config import _log as log_module
 from quotaplane.config._working_image import WorkingImage
 from quotaplane.config.logformat import iter_frames
 from quotaplane.v1 import config_events_pb2 as pb
+from tests.support import run_threads
 
 from .strategies import event_logs
 
@@ -56,23 +57,6 @@ def _frames(store: ConfigStore) -> list[int]:
 
 def _offsets_by_request(store: ConfigStore) -> dict[str, int]:
     return {event.request_id: offset for offset, event in store.log.read()}
-
-
-def _run_threads(target: Callable[[int], None], n: int) -> None:
-    errors: list[BaseException] = []
-
-    def run(t: int) -> None:
-        try:
-            target(t)
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors, errors
 
 
 class FsyncGate:
@@ -135,7 +119,7 @@ def test_sixteen_threads_share_fsyncs_and_every_acknowledged_change_survives_reo
                 assert result.ok
                 acknowledged[t].append((f"req-{t}-{j}", value))
 
-        _run_threads(worker, threads)
+        run_threads(worker, threads)
         total = threads * per_thread
         assert store.end_offset == store.log.end_offset == total
         frames = _frames(store)
@@ -172,7 +156,7 @@ def test_two_threads_altering_one_key_keep_the_order_their_answers_imply(tmp_pat
                 with lock:
                     calls.append((started, answered, request_id, value))
 
-        _run_threads(worker, 2)
+        run_threads(worker, 2)
         offsets = _offsets_by_request(store)
         assert len(offsets) == 2 * per_thread  # every change had a record (the values all differ)
         for a in calls:
@@ -199,7 +183,7 @@ def test_concurrent_appends_to_one_list_config_are_decided_in_order_and_none_is_
                 [result] = store.incremental_alter_configs([(topic, [op])], now_ms=T0)
                 assert result.ok
 
-        _run_threads(worker, threads)
+        run_threads(worker, threads)
         values = [event.config.value.split(",") for _, event in store.log.read()]
         assert len(values) == threads * per_thread
         for before, after in itertools.pairwise(values):
@@ -303,7 +287,7 @@ def test_one_request_sent_by_sixteen_threads_at_once_is_applied_once(tmp_path: P
             assert store.image.applied_request("the-request") == (0, 1)  # answered once durable
             results.append(answer)
 
-        _run_threads(send, 16)
+        run_threads(send, 16)
         assert all([r.ok for r in answer] == [True, True] for answer in results)
         assert [event.request_id for _, event in store.log.read()] == ["the-request"] * 2
     with ConfigStore.open(tmp_path) as store:

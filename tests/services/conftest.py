@@ -4,18 +4,20 @@ gateway on free ports) with its admin and quota stubs; the helpers that set quot
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 import ray
 
-from quotaplane.config import ConfigStore
+from quotaplane.config import ClientQuotaFilterComponent, ConfigStore, MatchType
 from quotaplane.quota import DEFAULT
 from quotaplane.services.admin import serve
 from quotaplane.services.launcher import Cluster, launch
@@ -55,13 +57,20 @@ class AdminServer:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def quotas(self, user: str) -> list:
+        """The store's client quotas of exactly ``user`` (what a change through the service left)."""
+        return self.store.describe_client_quotas(
+            [ClientQuotaFilterComponent("user", MatchType.EXACT, user)], strict=True
+        )
+
 
 @contextmanager
-def running_admin_server(log_dir: Path) -> Iterator[AdminServer]:
-    """An AdminService on a free loopback port over a fresh ConfigStore in ``log_dir``, stopped on exit."""
+def running_admin_server(log_dir: Path, **serve_options: Any) -> Iterator[AdminServer]:
+    """An AdminService on a free loopback port over a fresh ConfigStore in ``log_dir``, stopped on exit;
+    ``serve_options`` (``security``, ``cluster_id``) go to ``serve``."""
     store = ConfigStore.open(log_dir, fsync=False)
     clock = FakeClock()
-    server, port = serve(store, clock=clock)
+    server, port = serve(store, clock=clock, **serve_options)
     try:
         yield AdminServer(store, port, clock, server)
     finally:
@@ -73,6 +82,20 @@ def running_admin_server(log_dir: Path) -> Iterator[AdminServer]:
 def admin_server(tmp_path) -> Iterator[AdminServer]:
     with running_admin_server(tmp_path / "log") as server:
         yield server
+
+
+@pytest.fixture
+def start_admin(tmp_path) -> Iterator[Callable[..., AdminServer]]:
+    """Start AdminServices over fresh stores: ``start_admin(security=None, **serve_options)``; all stopped
+    after the test."""
+    numbers = itertools.count()
+    with ExitStack() as stack:
+
+        def start(security: Any = None, **serve_options: Any) -> AdminServer:
+            log_dir = tmp_path / f"log-{next(numbers)}"
+            return stack.enter_context(running_admin_server(log_dir, security=security, **serve_options))
+
+        yield start
 
 
 @pytest.fixture

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from quotaplane.config import ConfigStore
 from quotaplane.services._security import ServerSecurity
-from quotaplane.services.admin import CLUSTER_ID_TRAILER, serve
+from quotaplane.services.admin import CLUSTER_ID_TRAILER
 from quotaplane.services.launcher import LaunchError, launch
 from quotaplane.services.launcher._cluster_id import META_PROPERTIES, data_dir_cluster_id, is_cluster_id
 from quotaplane.v1 import admin_pb2 as pb
 from quotaplane.v1 import admin_pb2_grpc
 
-from .conftest import COMMAND, FakeClock
+from .conftest import COMMAND
 
 _TOKEN = "cluster-id-test-token"
 
@@ -48,31 +46,14 @@ def test_one_id_per_data_directory(tmp_path: Path):
     assert not is_cluster_id("x" * 21) and not is_cluster_id("A" * 22 + "=") and not is_cluster_id("é" * 22)
 
 
-@pytest.fixture
-def admin(tmp_path: Path) -> Iterator:
-    """Start AdminServices (``security``, ``cluster_id``) over fresh stores; their addresses."""
-    started: list[tuple[grpc.Server, ConfigStore]] = []
-
-    def start(cluster_id: str | None, security: ServerSecurity | None = None) -> str:
-        store = ConfigStore.open(tmp_path / f"log{len(started)}", fsync=False)
-        server, port = serve(store, clock=FakeClock(), security=security, cluster_id=cluster_id)
-        started.append((server, store))
-        return f"127.0.0.1:{port}"
-
-    yield start
-    for server, store in started:
-        server.stop(None).wait()
-        store.close()
-
-
 def _trailer(trailers) -> str | None:
     return next((v for k, v in trailers or () if k == CLUSTER_ID_TRAILER), None)
 
 
-def test_every_answer_carries_the_cluster_id(admin, tmp_path: Path):
+def test_every_answer_carries_the_cluster_id(start_admin, tmp_path: Path):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{_TOKEN}\n")
-    address = admin("AAAAAAAAAAAAAAAAAAAAAQ", ServerSecurity.load(tokens_file=tokens))
+    address = start_admin(ServerSecurity.load(tokens_file=tokens), cluster_id="AAAAAAAAAAAAAAAAAAAAAQ").address
     with grpc.insecure_channel(address) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         token = (("authorization", f"Bearer {_TOKEN}"),)
@@ -87,7 +68,7 @@ def test_every_answer_carries_the_cluster_id(admin, tmp_path: Path):
             stub.GetLogOffsets(pb.GetLogOffsetsRequest())
         assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
         assert _trailer(refused.value.trailing_metadata()) == "AAAAAAAAAAAAAAAAAAAAAQ"
-    with grpc.insecure_channel(admin(None)) as channel:  # serve without an id: no trailer
+    with grpc.insecure_channel(start_admin().address) as channel:  # serve without an id: no trailer
         _, call = admin_pb2_grpc.AdminServiceStub(channel).GetLogOffsets.with_call(pb.GetLogOffsetsRequest())
         assert _trailer(call.trailing_metadata()) is None
 
@@ -101,9 +82,9 @@ def _quotaplane(address: str, *args: str, cluster_id: str | None = None) -> subp
     )
 
 
-def test_the_cli_shows_the_cluster_id_and_refuses_another(admin):
+def test_the_cli_shows_the_cluster_id_and_refuses_another(start_admin):
     ours, theirs = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg"
-    address = admin(ours)
+    address = start_admin(cluster_id=ours).address
     done = _quotaplane(address, "cluster-id")
     assert (done.returncode, done.stdout, done.stderr) == (0, f"Cluster ID: {ours}\n", "")
     done = _quotaplane(address, "log", "offsets", cluster_id=ours)
@@ -122,7 +103,7 @@ def test_the_cli_shows_the_cluster_id_and_refuses_another(admin):
     # an error answer from the wrong cluster is that mismatch, not the error
     done = _quotaplane(address, "log", "history", "--client-metrics", "", "--cluster-id", theirs)
     assert done.returncode == 1 and done.stderr.splitlines()[0].startswith(f"Error: the admin service at {address} is")
-    done = _quotaplane(admin(None), "log", "offsets", "--cluster-id", ours)
+    done = _quotaplane(start_admin().address, "log", "offsets", "--cluster-id", ours)
     assert done.returncode == 1 and done.stderr.splitlines() == [
         f"Error: the admin service at 127.0.0.1:{done.args[-1].rsplit(':', 1)[1]} does not say its cluster id; "
         f"expected cluster {ours}"

@@ -28,7 +28,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from quotaplane.config import ClientQuotaFilterComponent, ConfigStore, MatchType
 from quotaplane.services._security import (
     ClientSecurity,
     ServerSecurity,
@@ -36,14 +35,14 @@ from quotaplane.services._security import (
     exposure_warning,
     is_loopback,
 )
-from quotaplane.services.admin import SERVICE_NAME, serve
+from quotaplane.services.admin import SERVICE_NAME
 from quotaplane.services.launcher import Cluster, launch
 from quotaplane.v1 import admin_pb2 as pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
 from quotaplane.v1 import quota_pb2 as quota_pb
 
-from .conftest import COMMAND, FakeClock
+from .conftest import COMMAND
 
 _TOKEN = "s3cret-operator-token"
 _TIMEOUT_S = 10.0
@@ -151,34 +150,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         d / "foreign.key",
         tokens,
     )
-
-
-# --- a real AdminService with a given security ---------------------------------------------------------------
-@dataclass
-class Admin:
-    store: ConfigStore
-    address: str
-
-    def quotas(self, user: str) -> list:
-        return self.store.describe_client_quotas(
-            [ClientQuotaFilterComponent("user", MatchType.EXACT, user)], strict=True
-        )
-
-
-@pytest.fixture
-def start_admin(tmp_path: Path) -> Iterator:
-    started: list[tuple[grpc.Server, ConfigStore]] = []
-
-    def start(security: ServerSecurity | None) -> Admin:
-        store = ConfigStore.open(tmp_path / f"log{len(started)}", fsync=False)
-        server, port = serve(store, clock=FakeClock(), security=security)
-        started.append((server, store))
-        return Admin(store, f"127.0.0.1:{port}")
-
-    yield start
-    for server, store in started:
-        server.stop(None).wait()
-        store.close()
 
 
 def _alter(user: str, value: float) -> pb.AlterClientQuotasRequest:

@@ -13,7 +13,6 @@ import asyncio
 import datetime
 import ipaddress
 import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,14 +23,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from quotaplane.config import ConfigStore
 from quotaplane.services._security import ClientSecurity, PrincipalMapper, ServerSecurity
-from quotaplane.services.admin import PRINCIPAL_METADATA, serve
+from quotaplane.services.admin import PRINCIPAL_METADATA
 from quotaplane.v1 import admin_pb2 as pb
 from quotaplane.v1 import admin_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
-
-from .conftest import FakeClock
 
 _TIMEOUT_S = 10.0
 ALICE_TOKEN = "alice-token-0123456789"
@@ -127,22 +123,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 # --- an AdminService in this process over a real ConfigStore ------------------------------------------------------
-@pytest.fixture
-def start_admin(tmp_path: Path) -> Iterator:
-    started: list[tuple[grpc.Server, ConfigStore]] = []
-
-    def start(security: ServerSecurity | None) -> str:
-        store = ConfigStore.open(tmp_path / f"log{len(started)}", fsync=False)
-        server, port = serve(store, clock=FakeClock(), security=security)
-        started.append((server, store))
-        return f"127.0.0.1:{port}"
-
-    yield start
-    for server, store in started:
-        server.stop(None).wait()
-        store.close()
-
-
 def _entity(user: str) -> list[events_pb.EntityData]:
     return [events_pb.EntityData(entity_type="user", entity_name=user)]
 
@@ -186,7 +166,7 @@ def _client(pki: Pki, cert: str | None = None, token: str | None = None) -> Clie
 # --- tokens ----------------------------------------------------------------------------------------------------
 def test_a_forged_principal_header_is_ignored_and_the_token_name_recorded(pki, start_admin):
     security = ServerSecurity.load(cert_file=pki.server[0], key_file=pki.server[1], tokens_file=pki.tokens)
-    address = start_admin(security)
+    address = start_admin(security).address
     alice, legacy = _client(pki, token=ALICE_TOKEN), _client(pki, token=LEGACY_TOKEN)
     assert _alter(address, alice, "u1", claim="User:mallory") is grpc.StatusCode.OK
     assert _alter(address, alice, "u1") is grpc.StatusCode.OK
@@ -224,14 +204,14 @@ def test_tokens_file_lines(tmp_path):
 # --- client certificates ------------------------------------------------------------------------------------------
 def test_the_client_certificate_subject_is_the_principal_under_mutual_tls(pki, start_admin):
     mutual = dict(cert_file=pki.server[0], key_file=pki.server[1], client_ca_file=pki.ca)
-    address = start_admin(ServerSecurity.load(**mutual))  # transport only: any certificate of the CA may call
+    address = start_admin(ServerSecurity.load(**mutual)).address  # transport only: any certificate of the CA may call
     alice, bob = _client(pki, "alice"), _client(pki, "bob")
     assert _alter(address, alice, "u2", claim="User:mallory") is grpc.StatusCode.OK
     assert _alter(address, bob, "u2") is grpc.StatusCode.OK
     assert _recorded(address, alice, "u2") == [f"User:{ALICE_DN}", "User:CN=bob"]
 
     # operators by common name, a token beside a certificate: the token's principal wins (it names an operator)
-    address = start_admin(ServerSecurity.load(**mutual, tokens_file=pki.tokens, operator_subjects=["alice"]))
+    address = start_admin(ServerSecurity.load(**mutual, tokens_file=pki.tokens, operator_subjects=["alice"])).address
     assert _alter(address, alice, "u3", claim="User:mallory") is grpc.StatusCode.OK
     assert _alter(address, _client(pki, "bob", token=LEGACY_TOKEN), "u3") is grpc.StatusCode.OK
     assert _alter(address, bob, "u3") is grpc.StatusCode.PERMISSION_DENIED
@@ -239,11 +219,11 @@ def test_the_client_certificate_subject_is_the_principal_under_mutual_tls(pki, s
 
     # Kafka's ssl.principal.mapping.rules: the first rule that applies; none applying fails authentication
     rules = "RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/L,DEFAULT"
-    address = start_admin(ServerSecurity.load(**mutual, principal_mapping_rules=rules))
+    address = start_admin(ServerSecurity.load(**mutual, principal_mapping_rules=rules)).address
     assert _alter(address, alice, "u4") is grpc.StatusCode.OK
     assert _alter(address, bob, "u4") is grpc.StatusCode.OK
     assert _recorded(address, alice, "u4") == ["User:alice@ops", "User:CN=bob"]
-    address = start_admin(ServerSecurity.load(**mutual, principal_mapping_rules="RULE:^CN=bob$/bob/"))
+    address = start_admin(ServerSecurity.load(**mutual, principal_mapping_rules="RULE:^CN=bob$/bob/")).address
     assert _alter(address, alice, "u5") is grpc.StatusCode.UNAUTHENTICATED
     assert _recorded(address, bob, "u5") == []
 
@@ -300,7 +280,7 @@ def test_the_frontend_token_asserts_the_kafka_principal(tmp_path, start_admin):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice:{ALICE_TOKEN}\n")
     # as up does: a token of its own for the frontend, beside the operators' tokens
-    address = start_admin(ServerSecurity.load(tokens_file=tokens).with_frontend_token(FRONTEND_TOKEN))
+    address = start_admin(ServerSecurity.load(tokens_file=tokens).with_frontend_token(FRONTEND_TOKEN)).address
     plain_alice = ClientSecurity.load(token=ALICE_TOKEN)
     _frontend_alter(address, FRONTEND_TOKEN, "u6", "User:kafka-bob")
     _frontend_alter(address, ALICE_TOKEN, "u6", "User:kafka-bob")  # an operator's token asserts nothing
@@ -309,7 +289,7 @@ def test_the_frontend_token_asserts_the_kafka_principal(tmp_path, start_admin):
 
     # with no operator credential the AdminService stays open to anyone: the frontend's token closes nothing,
     # and a caller with no credential has nothing but its claim to record
-    address = start_admin(ServerSecurity().with_frontend_token(FRONTEND_TOKEN))
+    address = start_admin(ServerSecurity().with_frontend_token(FRONTEND_TOKEN)).address
     anyone = ClientSecurity.load()
     _frontend_alter(address, FRONTEND_TOKEN, "u7", "User:kafka-carol")
     assert _alter(address, anyone, "u7", claim="User:cli-user") is grpc.StatusCode.OK
