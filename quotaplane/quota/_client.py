@@ -103,9 +103,6 @@ class ClientSensors:
     quota_value_sensor: Sensor | None = None
     #: The quota sensor's only metric when recording into it is "one Rate, then check": the fast path.
     rate_metric: KafkaMetric | None = None
-    #: ``(quota_sensor, rate_metric, its Rate)`` when the fast path applies and no quota-value sensor
-    #: is fed as well: what ``record_batch`` unpacks per item instead of reading several attributes.
-    fast_path: tuple[Sensor, KafkaMetric, Rate] | None = None
 
 
 def _check_value(value: object) -> float:
@@ -245,8 +242,9 @@ class ClientQuotaManager:
         self._quota_value_enabled = config.client_quota_value_metric_enable and self.supports_quota_value_metric
         # (user, client id) -> sensors; valid until a quota changes or a sensor is removed.
         self._sensors: dict[tuple[str, str], ClientSensors] = {}
-        # user -> client id -> ClientSensors.fast_path of the cached sensors that have one: two lookups
-        # of strings whose hashes are cached cost less than building and hashing a (user, client id) key
+        # user -> client id -> (quota sensor, its rate metric, the Rate) of the cached sensors on the fast path
+        # with no quota-value sensor to feed: what record_batch unpacks per item. Two lookups of strings whose
+        # hashes are cached cost less than building and hashing a (user, client id) key
         self._fast_paths: dict[str, dict[str, tuple[Sensor, KafkaMetric, Rate]]] = {}
         self._sensors_removed_seen = self.metrics.sensors_removed
         self._metric_configs: dict[float, MetricConfig] = {}  # see quota_metric_config
@@ -546,17 +544,14 @@ class ClientQuotaManager:
                 value_sensor.add(self.quota_value_metric_name(tags), Value())
                 value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
         rate_metric = _single_rate_metric(quota_sensor)
-        fast_path = None
-        if rate_metric is not None and value_sensor is None:
-            fast_path = (quota_sensor, rate_metric, rate_metric.stat)
-        sensors = ClientSensors(tags, quota_sensor, throttle_sensor, value_sensor, rate_metric, fast_path)
+        sensors = ClientSensors(tags, quota_sensor, throttle_sensor, value_sensor, rate_metric)
         if self._custom:
             if self.quota_callback.quota_reset_required(self.client_quota_type):
                 self.update_quota_metric_configs()
         else:
             self._sensors[key] = sensors
-            if fast_path is not None:
-                self._fast_paths.setdefault(user, {})[client_id] = fast_path
+            if rate_metric is not None and value_sensor is None:
+                self._fast_paths.setdefault(user, {})[client_id] = (quota_sensor, rate_metric, rate_metric.stat)
         return sensors
 
     def _cached_sensors(self) -> dict[tuple[str, str], ClientSensors]:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import pickle
 import threading
 from types import SimpleNamespace
@@ -29,6 +30,7 @@ from quotaplane.services.gateway._telemetry_service import (
     _REQUESTS,
     _ZERO_KEY,
     _context,
+    _ContextCache,
     _instance_id,
     push_items,
 )
@@ -215,8 +217,9 @@ def _outcome(read: Any, gateway: Any, batch: pb.PushTelemetryBatch) -> Any:
 @given(st.lists(push_batches(), min_size=1, max_size=4), st.sampled_from([8, 1024]))
 def test_push_items_are_the_field_by_field_reading(batches: list[pb.PushTelemetryBatch], max_name: int) -> None:
     gateway = SimpleNamespace(config=GatewayConfig(max_name_length=max_name))
-    for batch in batches:  # in turn, so later batches meet what earlier ones left in the caches
-        assert _outcome(push_items, gateway, batch) == _outcome(_reference_push_items, gateway, batch)
+    cached = functools.partial(push_items, cache=_ContextCache())  # one cache, as the servicer keeps
+    for batch in batches:  # in turn, so later batches meet what earlier ones left in the cache
+        assert _outcome(cached, gateway, batch) == _outcome(_reference_push_items, gateway, batch)
 
 
 # --- decompress's dispatch by plain id ------------------------------------------------------------------------

@@ -28,7 +28,6 @@ RESOURCE_EXHAUSTED; shard restarting: UNAVAILABLE (``GATEWAY_ERRORS`` maps them)
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -110,19 +109,23 @@ def get_items(
     return items, keys
 
 
-def push_items(gateway: Any, batch: pb.PushTelemetryBatch, now_ms: int) -> tuple[list[tuple], list[str]]:
+def push_items(
+    gateway: Any, batch: pb.PushTelemetryBatch, now_ms: int, cache: _ContextCache | None = None
+) -> tuple[list[tuple], list[str]]:
     """The host's push items and their routing keys. A zero or reserved id stays: the core answers it
     INVALID_REQUEST, as Kafka (those items all go to the shard owning the zero id's key).
 
     Every push carries its connection's context, the same on every push of that connection: a context that
     passed the checks is kept by its wire form (``_ContextCache``), so a push costs one serialization and a
     lookup instead of seven checked field reads, and an instance's routing key is kept by its id. A context
-    that fails a check is never kept: it is checked, and refused with its index, each time.
+    that fails a check is never kept: it is checked, and refused with its index, each time. ``cache`` belongs to
+    the caller, one per gateway (the checks depend on its config); None: one for this batch alone.
     ``tests/telemetry/test_push_fast_paths.py`` compares this with the field-by-field reading on random batches.
     """
     config = gateway.config
     config.check_size(len(batch.requests), _REQUESTS)
-    cache = _CACHES.get(config)
+    if cache is None:
+        cache = _ContextCache()
     items: list[tuple] = []
     keys: list[str] = []
     for index, request in enumerate(batch.requests):
@@ -160,8 +163,8 @@ _CACHE_ENTRIES = 65_536
 
 
 class _ContextCache:
-    """Checked context tuples by their wire form, and routing keys by instance id, for one gateway config (the
-    checks depend on its limits). Bounded: cleared when full. Equal wire forms are equal contexts, so a hit is
+    """Checked context tuples by their wire form, and routing keys by instance id, for one gateway (the checks
+    depend on its config's limits). Bounded: cleared when full. Equal wire forms are equal contexts, so a hit is
     always right; two wire forms of one context (field order) only miss."""
 
     __slots__ = ("contexts", "keys")
@@ -183,28 +186,6 @@ class _ContextCache:
             self.keys.clear()
         self.keys[raw] = key
         return key
-
-
-class _Caches:
-    """One ``_ContextCache`` per gateway config object (a gateway has one; tests build several)."""
-
-    def __init__(self) -> None:
-        self._by_config: dict[int, tuple[Any, _ContextCache]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, config: Any) -> _ContextCache:
-        found = self._by_config.get(id(config))
-        if found is not None and found[0] is config:
-            return found[1]
-        with self._lock:
-            if len(self._by_config) >= 16:
-                self._by_config.clear()
-            cache = _ContextCache()
-            self._by_config[id(config)] = (config, cache)
-            return cache
-
-
-_CACHES = _Caches()
 
 
 def disconnect_items(gateway: Any, batch: pb.ClientDisconnectedBatch, now_ms: int) -> tuple[list[tuple], list[str]]:
@@ -253,6 +234,7 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
     def __init__(self, gateway: Any, *, new_client_instance_id: Callable[[], Uuid] = random_uuid) -> None:
         self.gateway = gateway
         self._new_id = new_client_instance_id
+        self._push_cache = _ContextCache()
 
     @GATEWAY_ERRORS.unary
     def GetTelemetrySubscriptions(
@@ -268,7 +250,7 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
     @GATEWAY_ERRORS.unary
     def PushTelemetry(self, request: pb.PushTelemetryBatch, context: grpc.ServicerContext) -> pb.PushTelemetryResults:
         gateway = self.gateway
-        items, keys = push_items(gateway, request, gateway.clock())
+        items, keys = push_items(gateway, request, gateway.clock(), self._push_cache)
         # one actor call carries a bounded number of bytes; measured on the items: each read of a protobuf
         # bytes field copies the payload (up to telemetry.max.bytes)
         sizes = [len(item[5]) for item in items]
