@@ -506,3 +506,191 @@ def test_proxy_without_upstream_fails_even_without_the_schema(tmp_path, proxy, m
     (chart / "values.schema.json").unlink()
     with pytest.raises(helm.HelmError, match=re.escape(message)):
         helm.Chart.load(chart).render(with_proxy(**proxy), name="quotaplane")
+
+
+# --- TLS: the gRPC listeners (mutual), the Kafka listener (client certificates), SCRAM; files from Secrets only ------
+TLS_VALUES = {
+    "frontend": {"enabled": True, "advertisedHost": "kafka.example.com"},
+    "grpcTls": {
+        "existingSecret": "qp-grpc",
+        "serverName": "localhost",
+        "mutual": True,
+        "adminSslPrincipalMappingRules": "RULE:^CN=([^,]*).*$/$1/L,DEFAULT",
+        "frontendClientSecret": "qp-frontend-client",
+    },
+    "kafkaTls": {"existingSecret": "qp-kafka", "clientAuth": True, "sslPrincipalMappingRules": "RULE:^CN=(.*)$/$1/"},
+    "sasl": {"scram": {"existingSecret": "qp-scram"}, "kafkaOperators": ["User:admin"]},
+}
+
+
+def _containers(docs: list[dict]) -> dict[str, tuple[dict, dict]]:
+    """The `up` container of the bootstrap, a gateway and a frontend, each with its pod spec."""
+    head = one(docs, "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]
+    [bootstrap] = [c for c in head["containers"] if c["name"] == "bootstrap"]
+    out = {"bootstrap": (bootstrap, head)}
+    for name in ("gateway", "frontend"):
+        pod = one(docs, "Deployment", f"-{name}")["spec"]["template"]["spec"]
+        out[name] = (pod["containers"][0], pod)
+    return out
+
+
+def test_tls_values_lint_clean_and_render_valid_objects():
+    report = helm.lint(CHART, TLS_VALUES, strict=True, kube_version=f"v{KUBERNETES_VERSION}")
+    assert report["errors"] == [] and report["messages"] == [], report
+    for doc in render(TLS_VALUES):
+        if doc["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_tls_flags_come_from_mounted_secrets_never_values():
+    docs = render(TLS_VALUES)
+    grpc_flags = [
+        "--tls-cert=/etc/quotaplane/grpc-tls/tls.crt",
+        "--tls-key=/etc/quotaplane/grpc-tls/tls.key",
+        "--tls-client-ca=/etc/quotaplane/grpc-tls/ca.crt",
+    ]
+    grpc_mount = {"name": "grpc-tls", "mountPath": "/etc/quotaplane/grpc-tls", "readOnly": True}
+    for name, (up, pod) in _containers(docs).items():
+        args = " ".join(up["args"])
+        assert all(flag in args for flag in grpc_flags), name
+        assert grpc_mount in up["volumeMounts"], name
+        [volume] = [v for v in pod["volumes"] if v["name"] == "grpc-tls"]
+        assert volume["secret"]["secretName"] == "qp-grpc"
+        assert {i["key"] for i in volume["secret"]["items"]} == {"tls.crt", "tls.key", "ca.crt"}
+    # the rules ride in the ConfigMap: a "$1" reaches `up` as written (the kubelet inserts a $(VAR) verbatim; the
+    # bootstrap's shell expands its quoted "$VAR" once)
+    config = one(docs, "ConfigMap", "quotaplane")["data"]
+    assert config["QUOTAPLANE_ADMIN_SSL_PRINCIPAL_MAPPING_RULES"] == "RULE:^CN=([^,]*).*$/$1/L,DEFAULT"
+    assert config["QUOTAPLANE_KAFKA_SSL_PRINCIPAL_MAPPING_RULES"] == "RULE:^CN=(.*)$/$1/"
+    containers = _containers(docs)
+    bootstrap = containers["bootstrap"][0]["args"][0]
+    assert '"--admin-ssl-principal-mapping-rules=$QUOTAPLANE_ADMIN_SSL_PRINCIPAL_MAPPING_RULES"' in bootstrap
+    rules_flag = "--admin-ssl-principal-mapping-rules=$(QUOTAPLANE_ADMIN_SSL_PRINCIPAL_MAPPING_RULES)"
+    assert rules_flag in containers["gateway"][0]["args"] and rules_flag in containers["frontend"][0]["args"]
+
+    up, pod = containers["frontend"]
+    for flag in (
+        "--kafka-tls-cert=/etc/quotaplane/kafka-tls/tls.crt",
+        "--kafka-tls-key=/etc/quotaplane/kafka-tls/tls.key",
+        "--kafka-tls-client-ca=/etc/quotaplane/kafka-tls/ca.crt",
+        "--kafka-ssl-principal-mapping-rules=$(QUOTAPLANE_KAFKA_SSL_PRINCIPAL_MAPPING_RULES)",
+        "--sasl-scram-credentials-file=/etc/quotaplane/sasl-scram/scram-credentials",
+        "--kafka-operators=User:admin",  # the listener authenticates (SCRAM, certificates): the list is its only grant
+        "--frontend-tls-ca=/etc/quotaplane/grpc-tls/ca.crt",
+        "--frontend-tls-server-name=localhost",
+        "--frontend-tls-cert=/etc/quotaplane/grpc-client/tls.crt",
+        "--frontend-tls-key=/etc/quotaplane/grpc-client/tls.key",
+    ):
+        assert flag in up["args"], flag
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {
+        "grpc-tls": "qp-grpc",
+        "kafka-tls": "qp-kafka",
+        "sasl-scram": "qp-scram",
+        "grpc-client": "qp-frontend-client",
+    }
+    mounts = {m["name"]: m for m in up["volumeMounts"]}
+    assert all(mounts[name]["readOnly"] for name in secrets)
+    # the Kafka listener's material is the frontends' only; no Secret of the chart's holds any of it
+    for name in ("gateway", "bootstrap"):
+        assert not {"kafka-tls", "sasl-scram", "grpc-client"} & {v["name"] for v in containers[name][1]["volumes"]}
+    assert not by_kind(docs, "Secret")
+
+
+def test_tls_probes_and_the_bootstrap_wait_speak_tls():
+    docs = render(TLS_VALUES)
+    for name, (up, pod) in _containers(docs).items():
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert "grpc" not in up[probe] and up[probe]["exec"]["command"][:2] == ["python", "-c"], (name, probe)
+        if name != "bootstrap":
+            [wait] = [c for c in pod["initContainers"] if c["name"] == "wait-for-bootstrap"]
+            assert wait["command"] == ["sh", "-c"] and wait["args"][2] == "quotaplane-bootstrap:9093"
+            assert {"name": "grpc-tls", "mountPath": "/etc/quotaplane/grpc-tls", "readOnly": True} in wait[
+                "volumeMounts"
+            ]
+    gateway = _containers(docs)["gateway"][0]
+    assert gateway["readinessProbe"]["exec"]["command"][3:] == ["127.0.0.1:9094", "quotaplane.v1.QuotaService"]
+    assert gateway["livenessProbe"]["exec"]["command"][3:] == ["127.0.0.1:9093", ""]
+
+
+def test_the_tls_probe_passes_against_a_serving_mutual_tls_admin_service(tmp_path):
+    """The rendered probe, run as the kubelet runs it, against a real mutual-TLS AdminService: SERVING passes;
+    a service the server does not know, or a certificate it does not trust, fails."""
+    from quotaplane.config import ConfigStore
+    from quotaplane.services._security import ServerSecurity
+    from quotaplane.services.admin import serve
+    from tests.services.test_frontend_grpc_tls import _dual_use
+    from tests.services.test_security import _ca, _write
+
+    ca = _ca("helm probe CA")
+    _write(tmp_path / "ca", ca[0])
+    _write(tmp_path / "pod", *_dual_use("localhost", ca))  # cert-manager's kind: server and client authentication
+    files = tmp_path / "grpc-tls"
+    files.mkdir()
+    for source, target in (("ca.pem", "ca.crt"), ("pod.pem", "tls.crt"), ("pod.key", "tls.key")):
+        (files / target).write_bytes((tmp_path / source).read_bytes())
+    gateway = _containers(render(TLS_VALUES))["gateway"][0]
+    script = gateway["livenessProbe"]["exec"]["command"][2].replace("/etc/quotaplane/grpc-tls/", f"{files}/")
+    security = ServerSecurity.load(
+        cert_file=files / "tls.crt", key_file=files / "tls.key", client_ca_file=files / "ca.crt"
+    )
+    store = ConfigStore.open(tmp_path / "log", fsync=False)
+    server, port = serve(store, security=security)
+    try:
+
+        def probe(*args: str) -> int:
+            return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, timeout=30).returncode
+
+        assert probe(f"127.0.0.1:{port}", "") == 0
+        assert probe(f"127.0.0.1:{port}", "quotaplane.v1.AdminService") == 0
+        assert probe(f"127.0.0.1:{port}", "no.such.Service") != 0
+        other = _ca("another CA")
+        _write(tmp_path / "other", other[0])
+        (files / "ca.crt").write_bytes((tmp_path / "other.pem").read_bytes())  # trusts another CA: refused
+        assert probe(f"127.0.0.1:{port}", "") != 0
+    finally:
+        server.stop(None).wait()
+        store.close()
+
+
+def test_a_kafka_listener_with_client_certificates_only_gets_its_operators():
+    values = {
+        "frontend": {"enabled": True, "advertisedHost": "k"},
+        "kafkaTls": {"existingSecret": "qp-kafka", "clientAuth": True},
+        "sasl": {"kafkaOperators": ["User:ops"]},
+    }
+    args = frontend_up(render(values))["args"]
+    assert "--kafka-operators=User:ops" in args and "--kafka-tls-client-ca=/etc/quotaplane/kafka-tls/ca.crt" in args
+    assert not any(a.startswith(("--sasl-", "--tls-", "--frontend-tls-")) for a in args)  # nothing else turned on
+    # TLS without client authentication authenticates no one: no list passed (the admin APIs stay open)
+    values["kafkaTls"]["clientAuth"] = False
+    args = frontend_up(render(values))["args"]
+    assert not any(a.startswith("--kafka-operators") for a in args) and "--kafka-tls-cert=" in " ".join(args)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"grpcTls": {"existingSecret": "qp-grpc"}}, "grpcTls.serverName is required with grpcTls.existingSecret"),
+        (
+            {"grpcTls": {"existingSecret": "qp-grpc", "serverName": "x", "adminSslPrincipalMappingRules": "DEFAULT"}},
+            "grpcTls.adminSslPrincipalMappingRules maps client certificates: it needs grpcTls.mutual",
+        ),
+        (
+            {
+                "frontend": {"enabled": True, "advertisedHost": "k"},
+                "kafkaTls": {"existingSecret": "qp-kafka", "sslPrincipalMappingRules": "DEFAULT"},
+            },
+            "kafkaTls.sslPrincipalMappingRules maps client certificates",
+        ),
+    ],
+)
+def test_tls_settings_that_cannot_work_fail_the_render(values, message):
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(values)
+
+
+def test_tls_is_off_by_default():
+    for docs in (render(), render(production_values()), render(PROXY_VALUES)):
+        text = yaml.safe_dump(docs)
+        assert "grpc-tls" not in text and "kafka-tls" not in text and "scram" not in text and "--tls-" not in text

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from quotaplane.services._security import ClientSecurity, PrincipalMapper, ServerSecurity
-from quotaplane.services.admin import PRINCIPAL_METADATA
+from quotaplane.services.admin import PRINCIPAL_BIN_METADATA, PRINCIPAL_METADATA, principal_metadata
 from quotaplane.v1 import admin_pb2 as pb
 from quotaplane.v1 import admin_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
@@ -297,6 +297,38 @@ def test_the_frontend_token_asserts_the_kafka_principal(tmp_path, start_admin):
     assert _recorded(address, anyone, "u7") == ["User:kafka-carol", "User:cli-user", "User:ANONYMOUS"]
 
 
+@pytest.mark.parametrize("principal", ["User:jörg", "User:Zoë,OU=ünits", "User:用户", "User:a b\u00a0c", "User:😀"])
+def test_a_non_ascii_principal_arrives_intact(tmp_path, start_admin, principal):
+    """Plain gRPC metadata is printable ASCII only: a SASL user such as ``jörg`` rides as the UTF-8 bytes of
+    ``x-quotaplane-principal-bin``, and the change is recorded under exactly that principal."""
+    key, value = principal_metadata(principal)
+    assert (key, value) == (PRINCIPAL_BIN_METADATA, principal.encode())
+    assert principal_metadata("User:alice") == (PRINCIPAL_METADATA, "User:alice")  # what older servers read
+    address = start_admin(ServerSecurity().with_frontend_token(FRONTEND_TOKEN)).address
+    frontend = ClientSecurity.load(token=FRONTEND_TOKEN)
+    with frontend.channel(address) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        stub.AlterClientQuotas(_alter_request("u10"), timeout=_TIMEOUT_S, metadata=(*frontend.metadata(), (key, value)))
+        # both claims: the binary one wins (a frontend sends one; a proxy may have added the other)
+        both = (*frontend.metadata(), (PRINCIPAL_METADATA, "User:other"), (key, value))
+        stub.AlterClientQuotas(_alter_request("u10"), timeout=_TIMEOUT_S, metadata=both)
+        # binary metadata that is not UTF-8 names no one: refused, nothing written
+        with pytest.raises(grpc.RpcError) as refused:
+            bad = (*frontend.metadata(), (PRINCIPAL_BIN_METADATA, b"User:j\xf6rg"))
+            stub.AlterClientQuotas(_alter_request("u10"), timeout=_TIMEOUT_S, metadata=bad)
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        assert "not UTF-8" in refused.value.details()  # type: ignore[attr-defined]
+    assert _recorded(address, frontend, "u10") == [principal, principal]
+
+
+def test_the_frontends_own_client_carries_a_non_ascii_principal(start_admin):
+    """What the Kafka frontend sends for a SASL client ``jörg`` (``frontend._backend.Backend.admin_call``)."""
+    address = start_admin(ServerSecurity().with_frontend_token(FRONTEND_TOKEN)).address
+    _frontend_alter(address, FRONTEND_TOKEN, "u11", "User:jörg")
+    _frontend_alter(address, FRONTEND_TOKEN, "u11", "User:bob")
+    assert _recorded(address, ClientSecurity.load(), "u11") == ["User:jörg", "User:bob"]
+
+
 # --- through quotaplane up's launcher: a SASL client's AlterClientQuotas on the Kafka listener ------------------
 def test_a_kafka_clients_principal_is_recorded_through_the_frontend(tmp_path):
     """``launch`` gives its frontend a token of its own; a SASL-authenticated Kafka client's change is recorded
@@ -315,7 +347,8 @@ def test_a_kafka_clients_principal_is_recorded_through_the_frontend(tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice:{ALICE_TOKEN}\n")
     listener = KafkaListener(
-        sasl_credentials=PlainCredentials.of({"kafka-admin": "kafka-secret"}), operators=frozenset({"User:kafka-admin"})
+        sasl_credentials=PlainCredentials.of({"kafka-admin": "kafka-secret", "jörg": "jörg-secret"}),
+        operators=frozenset({"User:kafka-admin", "User:jörg"}),
     )
     with launch(
         tmp_path / "d",
@@ -342,6 +375,65 @@ def test_a_kafka_clients_principal_is_recorded_through_the_frontend(tmp_path):
             assert [e.error_code for e in client.call(49, 1, alter).entries] == [0]
         finally:
             client.close()
+        # a non-ASCII SASL user name (RFC 4616 is UTF-8): the change is recorded under exactly its principal
+        client = WireClient(cluster.frontend_port, client_id="qp-principal-jörg")
+        try:
+            assert client.call(18, 3, ApiVersionsRequest("qp-principal", "1.0")).error_code == 0
+            assert client.call(17, 1, SaslHandshakeRequest("PLAIN")).error_code == 0
+            token = "\x00jörg\x00jörg-secret".encode()
+            assert client.call(36, 2, SaslAuthenticateRequest(token)).error_code == 0
+            alter = AlterClientQuotasRequest(
+                [Entry([Entry.EntityData("user", "u9")], [Entry.OpData("producer_byte_rate", 4096.0, False)])]
+            )
+            assert [e.error_code for e in client.call(49, 1, alter).entries] == [0]
+        finally:
+            client.close()
         alice = ClientSecurity.load(token=ALICE_TOKEN)
         assert _alter(cluster.admin_address, alice, "u8", claim="User:kafka-admin") is grpc.StatusCode.OK
         assert _recorded(cluster.admin_address, alice, "u8") == ["User:kafka-admin", "User:alice"]
+        assert _recorded(cluster.admin_address, alice, "u9") == ["User:jörg"]
+
+
+# --- quotaplane up --admin-ssl-principal-mapping-rules ----------------------------------------------------------
+def _up_args(*flags: str):
+    from quotaplane.services.cli._parser import build_parser
+
+    return build_parser().parse_args(["up", *flags])
+
+
+def test_up_maps_admin_client_certificates_by_its_rules_flag(pki, start_admin):
+    """``up --admin-ssl-principal-mapping-rules`` reaches the AdminService's security (what ``launch`` serves
+    with): a change made with alice's certificate is recorded under the mapped principal."""
+    from quotaplane.services.cli._up import _server_security
+
+    tls = ("--tls-cert", str(pki.server[0]), "--tls-key", str(pki.server[1]), "--tls-client-ca", str(pki.ca))
+    rules = "RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/L,DEFAULT"
+    security = _server_security(_up_args(*tls, "--admin-ssl-principal-mapping-rules", rules))
+    assert security is not None and security.principal_mapper.text == rules
+    assert f"ssl.principal.mapping.rules {rules}" in security.describe()
+    address = start_admin(security).address
+    assert _alter(address, _client(pki, "alice"), "u12") is grpc.StatusCode.OK
+    assert _alter(address, _client(pki, "bob"), "u12") is grpc.StatusCode.OK
+    assert _recorded(address, _client(pki, "alice"), "u12") == ["User:alice@ops", "User:CN=bob"]
+    default = _server_security(_up_args(*tls))  # no flag: Kafka's DEFAULT, the whole subject DN
+    assert default is not None and default.principal_mapper.text == "DEFAULT"
+
+
+@pytest.mark.parametrize(
+    ("rules", "with_ca", "message"),
+    [
+        ("RULE:^CN=(.*)$/$1/", False, "--admin-ssl-principal-mapping-rules maps client certificates: it needs "
+         "--tls-client-ca"),
+        ("RULE:a/b/X", True, "--admin-ssl-principal-mapping-rules: invalid ssl.principal.mapping.rules rule"),
+    ],
+)  # fmt: skip
+def test_up_refuses_admin_mapping_rules_that_cannot_apply_in_one_line(pki, tmp_path, capsys, rules, with_ca, message):
+    from quotaplane.services.cli import main
+
+    tls = ["--tls-cert", str(pki.server[0]), "--tls-key", str(pki.server[1])]
+    if with_ca:
+        tls += ["--tls-client-ca", str(pki.ca)]
+    code = main(["up", "--data-dir", str(tmp_path / "d"), *tls, "--admin-ssl-principal-mapping-rules", rules])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(f"Error: {message}") and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "d").exists()  # refused before anything started

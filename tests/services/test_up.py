@@ -370,3 +370,41 @@ def test_up_fronts_a_kafka_cluster(env, short_dir, tmp_path):
     finally:
         up.kill()
         tansu.stop()
+
+
+def _gapped_log(config_dir: Path) -> None:
+    """A config log whose segments lost events a snapshot does not cover: offsets [3, 5) are nowhere, so the
+    controller cannot open it (LogGapError), as after segments were deleted by hand or a partial restore."""
+    from quotaplane.config import ClientQuotaAlteration, ConfigStore
+
+    def write(users: range) -> None:
+        with ConfigStore.open(config_dir, fsync=False, segment_bytes=1) as store:  # one frame per segment
+            for i in users:
+                entity = {"user": f"u{i}"}
+                store.alter_client_quotas([ClientQuotaAlteration(entity, [("producer_byte_rate", 1000.0 + i)])],
+                                          now_ms=_T0 + i, request_id=f"r{i}")  # fmt: skip
+
+    config_dir.mkdir(parents=True)
+    write(range(3))
+    with ConfigStore.open(config_dir, fsync=False, segment_bytes=1) as store:
+        store.write_snapshot()  # ends at 3
+    write(range(3, 7))
+    for base in range(5):
+        (config_dir / f"{base:020d}.log").unlink()
+
+
+def test_a_controller_that_cannot_open_its_log_fails_up_at_once_with_its_error(env, tmp_path):
+    """The controller's own error, in one line, as soon as its creation fails: not Ray's "the actor died
+    because of an error raised in its creation task", and not the ready timeout."""
+    data_dir = tmp_path / "data"
+    _gapped_log(data_dir / "config")
+    started = time.monotonic()
+    done = run_up(env, "--data-dir", str(data_dir), "--admin-port", str(free_port()), "--shards", "1", timeout_s=120)
+    took = time.monotonic() - started
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("Error")]  # Ray may log a warning too
+    assert line.startswith(f"Error: the config controller on {data_dir / 'config'} did not start: LogGapError: "), line
+    assert "offsets [3, 5) are in no segment and no valid snapshot" in line
+    assert "creation task" not in line
+    assert took < _READY_TIMEOUT_S, took  # failed when the controller did, not when up gave up waiting

@@ -208,6 +208,16 @@ spec:
     - name: wait-for-bootstrap
       image: {{ include "quotaplane.image" $ }}
       imagePullPolicy: {{ $.Values.image.pullPolicy }}
+      {{- if include "quotaplane.grpcTls" $ }}
+      # the TLS health check of the probes, until it passes
+      command: ["sh", "-c"]
+      args:
+        - until python -c "$0" "$1"; do echo "waiting for the controller and shards at $1"; sleep 3; done
+        - {{ include "quotaplane.tlsHealthScript" $ | quote }}
+        - "{{ include "quotaplane.fullname" $ }}-bootstrap:{{ $.Values.ports.admin }}"
+      volumeMounts:
+        - {name: grpc-tls, mountPath: /etc/quotaplane/grpc-tls, readOnly: true}
+      {{- else }}
       command: ["python", "-c"]
       args:
         - |
@@ -224,6 +234,7 @@ spec:
                   pass
               print("waiting for the controller and shards at", target, flush=True)
               time.sleep(3)
+      {{- end }}
       securityContext:
         {{- toYaml $.Values.securityContext | nindent 8 }}
       resources:
@@ -267,6 +278,9 @@ spec:
         {{- range include "quotaplane.upFlags" (list $ "$(QUOTAPLANE_RAY_ADDRESS)" -1) | fromJsonArray }}
         - {{ . | quote }}
         {{- end }}
+        {{- range include "quotaplane.grpcTlsFlags" (list $ false) | fromJsonArray }}
+        - {{ . | quote }}
+        {{- end }}
         {{- range $extra }}
         - {{ . | quote }}
         {{- end }}
@@ -294,6 +308,9 @@ spec:
         - {name: local-data, mountPath: {{ $.Values.dataDir }}}
         - {name: ray-tmp, mountPath: /tmp/ray}
         {{- include "quotaplane.operatorTokenMount" $ | nindent 8 }}
+        {{- with include "quotaplane.grpcTlsMount" $ }}
+        {{- . | nindent 8 }}
+        {{- end }}
         {{- if and (eq $component "frontend") $.Values.sasl.enabled }}
         - {name: sasl, mountPath: /etc/quotaplane/sasl, readOnly: true}
         {{- end }}
@@ -301,22 +318,21 @@ spec:
         {{- with include "quotaplane.upstreamSaslMount" $ }}
         {{- . | nindent 8 }}
         {{- end }}
+        {{- with include "quotaplane.frontendSecurityMounts" $ }}
+        {{- . | nindent 8 }}
+        {{- end }}
         {{- end }}
       startupProbe:
-        grpc:
-          port: {{ $.Values.ports.admin }}
+        {{- include "quotaplane.grpcProbe" (list $ $.Values.ports.admin "") | nindent 8 }}
         periodSeconds: 3
         failureThreshold: 60
       livenessProbe:
-        grpc:
-          port: {{ $.Values.ports.admin }}
+        {{- include "quotaplane.grpcProbe" (list $ $.Values.ports.admin "") | nindent 8 }}
         periodSeconds: 15
         timeoutSeconds: 5
         failureThreshold: 4
       readinessProbe:
-        grpc:
-          port: {{ $.Values.ports.gateway }}
-          service: quotaplane.v1.QuotaService
+        {{- include "quotaplane.grpcProbe" (list $ $.Values.ports.gateway "quotaplane.v1.QuotaService") | nindent 8 }}
         periodSeconds: 5
         timeoutSeconds: 3
       resources:
@@ -325,6 +341,9 @@ spec:
     - {name: local-data, emptyDir: {}}
     - {name: ray-tmp, emptyDir: {}}
     {{- include "quotaplane.operatorTokenVolume" $ | nindent 4 }}
+    {{- with include "quotaplane.grpcTlsVolume" $ }}
+    {{- . | nindent 4 }}
+    {{- end }}
     {{- if and (eq $component "frontend") $.Values.sasl.enabled }}
     - name: sasl
       secret:
@@ -332,6 +351,9 @@ spec:
     {{- end }}
     {{- if eq $component "frontend" }}
     {{- with include "quotaplane.upstreamSaslVolume" $ }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with include "quotaplane.frontendSecurityVolumes" $ }}
     {{- . | nindent 4 }}
     {{- end }}
     {{- end }}
@@ -356,4 +378,174 @@ spec:
               matchLabels:
                 {{- include "quotaplane.selectorLabels" (list $ $component) | nindent 18 }}
     {{- end }}
+{{- end -}}
+
+{{/*
+TLS on the gRPC listeners of every `up` (grpcTls), from a Secret of the user's (tls.crt, tls.key, ca.crt; never
+values) mounted read-only at /etc/quotaplane/grpc-tls. "true" when on, else empty; grpcTls.serverName is required
+then: the name in the certificate that the frontends, the probes and the wait for the bootstrap check (they dial
+127.0.0.1 or the bootstrap Service, names a certificate need not hold).
+*/}}
+{{- define "quotaplane.grpcTls" -}}
+{{- if .Values.grpcTls.existingSecret }}
+{{- $_ := required "grpcTls.serverName is required with grpcTls.existingSecret: the name the listeners' certificate holds, which the frontends and the probes check" .Values.grpcTls.serverName -}}
+true
+{{- end }}
+{{- end -}}
+
+{{/*
+The gRPC listeners' TLS flags, as a JSON list (empty: off): (list . shell). The AdminService's
+ssl.principal.mapping.rules come from the ConfigMap's QUOTAPLANE_ADMIN_SSL_PRINCIPAL_MAPPING_RULES, so a rule's
+"$1" is passed as written: the kubelet inserts a $(VAR)'s value verbatim, and a shell ("shell": the bootstrap's
+sh -c) expands a quoted "$VAR" once.
+*/}}
+{{- define "quotaplane.grpcTlsFlags" -}}
+{{- $ := index . 0 -}}
+{{- $t := $.Values.grpcTls -}}
+{{- $flags := list -}}
+{{- if include "quotaplane.grpcTls" $ }}
+{{- $flags = list "--tls-cert=/etc/quotaplane/grpc-tls/tls.crt" "--tls-key=/etc/quotaplane/grpc-tls/tls.key" -}}
+{{- if $t.mutual }}
+{{- $flags = append $flags "--tls-client-ca=/etc/quotaplane/grpc-tls/ca.crt" -}}
+{{- end }}
+{{- if $t.adminSslPrincipalMappingRules }}
+{{- if not $t.mutual }}
+{{- fail "grpcTls.adminSslPrincipalMappingRules maps client certificates: it needs grpcTls.mutual" -}}
+{{- end }}
+{{- if index . 1 }}
+{{- $flags = append $flags "\"--admin-ssl-principal-mapping-rules=$QUOTAPLANE_ADMIN_SSL_PRINCIPAL_MAPPING_RULES\"" -}}
+{{- else }}
+{{- $flags = append $flags "--admin-ssl-principal-mapping-rules=$(QUOTAPLANE_ADMIN_SSL_PRINCIPAL_MAPPING_RULES)" -}}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $flags -}}
+{{- end -}}
+
+{{- define "quotaplane.grpcTlsMount" -}}
+{{- if include "quotaplane.grpcTls" . }}
+- {name: grpc-tls, mountPath: /etc/quotaplane/grpc-tls, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "quotaplane.grpcTlsVolume" -}}
+{{- if include "quotaplane.grpcTls" . }}
+- name: grpc-tls
+  secret:
+    secretName: {{ .Values.grpcTls.existingSecret | quote }}
+    items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}, {key: ca.crt, path: ca.crt}]
+{{- end }}
+{{- end -}}
+
+{{/*
+A probe's handler for a gRPC listener's health: (list . port service). The kubelet's gRPC probe speaks no TLS, so
+with grpcTls it is an exec of the image's Python asking grpc.health.v1 over TLS (trusting ca.crt, presenting the
+pod's certificate under mutual TLS, checking grpcTls.serverName): SERVING or the probe fails.
+*/}}
+{{- define "quotaplane.grpcProbe" -}}
+{{- $ := index . 0 -}}
+{{- $port := index . 1 -}}
+{{- $service := index . 2 -}}
+{{- if include "quotaplane.grpcTls" $ -}}
+exec:
+  command:
+    - python
+    - -c
+    - {{ include "quotaplane.tlsHealthScript" $ | quote }}
+    - {{ printf "127.0.0.1:%d" (int $port) | quote }}
+    - {{ $service | quote }}
+{{- else -}}
+grpc:
+  port: {{ $port }}
+{{- if $service }}
+  service: {{ $service }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* grpc.health.v1 Check over TLS: argv target [service]; exit 0 when SERVING (the probes, the bootstrap wait) */}}
+{{- define "quotaplane.tlsHealthScript" -}}
+import sys, grpc
+from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g
+read = lambda name: open("/etc/quotaplane/grpc-tls/" + name, "rb").read()
+mutual = {{ if .Values.grpcTls.mutual }}True{{ else }}False{{ end }}
+creds = grpc.ssl_channel_credentials(read("ca.crt"), read("tls.key") if mutual else None, read("tls.crt") if mutual else None)
+with grpc.secure_channel(sys.argv[1], creds, options=[("grpc.ssl_target_name_override", {{ .Values.grpcTls.serverName | toJson }})]) as channel:
+    status = g.HealthStub(channel).Check(h.HealthCheckRequest(service=sys.argv[2] if len(sys.argv) > 2 else ""), timeout=3).status
+sys.exit(0 if status == h.HealthCheckResponse.SERVING else 1)
+{{- end -}}
+
+{{/*
+The frontends' flags for the Kafka listener's TLS (kafkaTls), SCRAM (sasl.scram), and their own TLS client of the gRPC listeners (grpcTls), as a JSON list. Every secret is a mounted file of a Secret of the
+user's; the Kafka listener's ssl.principal.mapping.rules come from the ConfigMap as the admin's do.
+*/}}
+{{- define "quotaplane.frontendSecurityFlags" -}}
+{{- $ := . -}}
+{{- $k := $.Values.kafkaTls -}}
+{{- $flags := list -}}
+{{- if $k.existingSecret }}
+{{- $flags = concat $flags (list "--kafka-tls-cert=/etc/quotaplane/kafka-tls/tls.crt" "--kafka-tls-key=/etc/quotaplane/kafka-tls/tls.key") -}}
+{{- if $k.clientAuth }}
+{{- $flags = append $flags "--kafka-tls-client-ca=/etc/quotaplane/kafka-tls/ca.crt" -}}
+{{- end }}
+{{- end }}
+{{- if $k.sslPrincipalMappingRules }}
+{{- if not (and $k.existingSecret $k.clientAuth) }}
+{{- fail "kafkaTls.sslPrincipalMappingRules maps client certificates: it needs kafkaTls.existingSecret and kafkaTls.clientAuth" -}}
+{{- end }}
+{{- $flags = append $flags "--kafka-ssl-principal-mapping-rules=$(QUOTAPLANE_KAFKA_SSL_PRINCIPAL_MAPPING_RULES)" -}}
+{{- end }}
+{{- if $.Values.sasl.scram.existingSecret }}
+{{- $flags = append $flags "--sasl-scram-credentials-file=/etc/quotaplane/sasl-scram/scram-credentials" -}}
+{{- end }}
+{{- if include "quotaplane.grpcTls" $ }}
+{{- $flags = concat $flags (list "--frontend-tls-ca=/etc/quotaplane/grpc-tls/ca.crt" (printf "--frontend-tls-server-name=%s" $.Values.grpcTls.serverName)) -}}
+{{- if $.Values.grpcTls.frontendClientSecret }}
+{{- $flags = concat $flags (list "--frontend-tls-cert=/etc/quotaplane/grpc-client/tls.crt" "--frontend-tls-key=/etc/quotaplane/grpc-client/tls.key") -}}
+{{- end }}
+{{- end }}
+{{- toJson $flags -}}
+{{- end -}}
+
+{{/* "true" when the Kafka listener authenticates its clients (SASL/PLAIN, SCRAM, or client certificates) */}}
+{{- define "quotaplane.kafkaAuthenticates" -}}
+{{- if or .Values.sasl.enabled .Values.sasl.scram.existingSecret (and .Values.kafkaTls.existingSecret .Values.kafkaTls.clientAuth) }}true{{ end }}
+{{- end -}}
+
+{{- define "quotaplane.frontendSecurityMounts" -}}
+{{- if .Values.kafkaTls.existingSecret }}
+- {name: kafka-tls, mountPath: /etc/quotaplane/kafka-tls, readOnly: true}
+{{- end }}
+{{- if .Values.sasl.scram.existingSecret }}
+- {name: sasl-scram, mountPath: /etc/quotaplane/sasl-scram, readOnly: true}
+{{- end }}
+{{- if and (include "quotaplane.grpcTls" .) .Values.grpcTls.frontendClientSecret }}
+- {name: grpc-client, mountPath: /etc/quotaplane/grpc-client, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "quotaplane.frontendSecurityVolumes" -}}
+{{- if .Values.kafkaTls.existingSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ .Values.kafkaTls.existingSecret | quote }}
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+      {{- if .Values.kafkaTls.clientAuth }}
+      - {key: ca.crt, path: ca.crt}
+      {{- end }}
+{{- end }}
+{{- if .Values.sasl.scram.existingSecret }}
+- name: sasl-scram
+  secret:
+    secretName: {{ .Values.sasl.scram.existingSecret | quote }}
+    items: [{key: scram-credentials, path: scram-credentials}]
+{{- end }}
+{{- if and (include "quotaplane.grpcTls" .) .Values.grpcTls.frontendClientSecret }}
+- name: grpc-client
+  secret:
+    secretName: {{ .Values.grpcTls.frontendClientSecret | quote }}
+    items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]
+{{- end }}
 {{- end -}}

@@ -21,10 +21,11 @@ PERMISSION_DENIED otherwise, nothing changed). The principal recorded in the log
 ``EntityHistory`` says who did what) is derived from that credential: a bearer token's name
 (``User:<name>``), else, under mutual TLS, the client certificate's subject through Kafka's
 ``ssl.principal.mapping.rules`` (DEFAULT: ``User:<subject DN>``). A caller's ``x-quotaplane-principal``
-claim is ignored, except from a Kafka frontend's token (it forwards the requests of SASL-authenticated
-Kafka clients, and asserts their principal), or when the call presents no credential this server knows and
-none is needed (no operator authentication, no mutual TLS: the claim is all there is; default
-``User:ANONYMOUS``).
+claim (or ``x-quotaplane-principal-bin``, its UTF-8 bytes, for a principal plain metadata cannot carry, e.g.
+``User:jörg``: :func:`principal_metadata`) is ignored, except from a Kafka frontend's token (it forwards the
+requests of SASL-authenticated Kafka clients, and asserts their principal), or when the call presents no
+credential this server knows and none is needed (no operator authentication, no mutual TLS: the claim is all
+there is; default ``User:ANONYMOUS``).
 
 Every answer carries the cluster's id in its trailing metadata (``x-quotaplane-cluster-id``, when
 :func:`serve` is given one: ``quotaplane up`` gives its data directory's), refusals included, so a client
@@ -36,10 +37,12 @@ from ._servicer import (
     ADMIN_ERRORS,
     CLUSTER_ID_TRAILER,
     KAFKA_ERROR_CODE_TRAILER,
+    PRINCIPAL_BIN_METADATA,
     PRINCIPAL_METADATA,
     SERVICE_NAME,
     AdminServicer,
     add_admin_service,
+    principal_metadata,
     serve,
 )
 
@@ -47,11 +50,13 @@ __all__ = [
     "ADMIN_ERRORS",
     "CLUSTER_ID_TRAILER",
     "KAFKA_ERROR_CODE_TRAILER",
+    "PRINCIPAL_BIN_METADATA",
     "PRINCIPAL_METADATA",
     "SERVICE_NAME",
     "AdminServicer",
     "BackendUnavailableError",
     "ControllerBackend",
     "add_admin_service",
+    "principal_metadata",
     "serve",
 ]

@@ -58,6 +58,11 @@ class ControllerBackend(ConfigAdmin):
     def end_offset(self) -> int:
         return self.call("end_offset")
 
+    def health(self) -> dict[str, Any]:
+        """The controller's report on its log (``{"serving": bool, "log_error": str | None}``): what the
+        AdminService's gRPC health follows (``_health.py``)."""
+        return self.call("health")
+
     def image_at_time(self, time_ms: int) -> ConfigImage:
         """The controller sends the image as snapshot bytes (``ImageSnapshot``), rebuilt here."""
         return self.call("snapshot", time_ms=time_ms).to_image()

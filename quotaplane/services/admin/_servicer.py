@@ -44,22 +44,29 @@ from .._security import ServerSecurity
 from ..grpcutil import ErrorStatus, StatusRule, Trailers, start_server
 from ._backend import BackendUnavailableError
 from ._convert import entity_pairs, filter_components, history_value, quota_entries, result_fields
+from ._health import DEFAULT_HEALTH_POLL_S, log_error_probe, watch_log_health
 from ._limits import lenient, request_problem
 
 __all__ = [
     "ADMIN_ERRORS",
     "CLUSTER_ID_TRAILER",
     "KAFKA_ERROR_CODE_TRAILER",
+    "PRINCIPAL_BIN_METADATA",
     "PRINCIPAL_METADATA",
     "SERVICE_NAME",
     "AdminServicer",
     "add_admin_service",
+    "principal_metadata",
     "serve",
 ]
 
 #: The call metadata naming the principal a change is made for ("User:alice"): honoured only from a caller
 #: whose credential may act for others (a Kafka frontend's token), or when no credential is configured at all.
 PRINCIPAL_METADATA = "x-quotaplane-principal"
+#: The same claim as the UTF-8 bytes of the principal (gRPC's binary metadata): what carries a principal that
+#: plain metadata cannot (HTTP/2 header values are printable ASCII), e.g. a SASL/PLAIN user ``User:jörg``. It
+#: wins over ``x-quotaplane-principal`` when a call carries both. Build the pair with :func:`principal_metadata`.
+PRINCIPAL_BIN_METADATA = PRINCIPAL_METADATA + "-bin"
 #: The trailing metadata of every AdminService answer naming the cluster it comes from (its data directory's id).
 CLUSTER_ID_TRAILER = "x-quotaplane-cluster-id"
 #: The trailing metadata carrying the Kafka error code of a rejected request.
@@ -111,12 +118,35 @@ ADMIN_ERRORS = ErrorStatus(
 )
 
 
+def principal_metadata(principal: str) -> tuple[str, str | bytes]:
+    """The call metadata claiming ``principal``: ``x-quotaplane-principal`` when plain metadata carries it as
+    it is (printable ASCII, no surrounding space: what every AdminService understands), else
+    ``x-quotaplane-principal-bin`` with its UTF-8 bytes, so any principal Kafka can name arrives intact."""
+    if principal.isascii() and principal.isprintable() and principal == principal.strip():
+        return PRINCIPAL_METADATA, principal
+    return PRINCIPAL_BIN_METADATA, principal.encode()
+
+
+def _claimed(context: grpc.ServicerContext) -> str | None:
+    """The principal the call claims (binary metadata first, then plain), stripped; None when it claims none.
+    Binary metadata that is not UTF-8 is INVALID_ARGUMENT: no principal is recorded from a guess."""
+    plain = None
+    for key, value in context.invocation_metadata() or ():
+        if key == PRINCIPAL_BIN_METADATA and isinstance(value, bytes):
+            try:
+                text = value.decode()
+            except UnicodeDecodeError:
+                raise _BadRequest(f"{PRINCIPAL_BIN_METADATA} is not UTF-8 ({len(value)} bytes)") from None
+            if text.strip():
+                return text.strip()
+        elif key == PRINCIPAL_METADATA and isinstance(value, str) and value.strip() and plain is None:
+            plain = value.strip()
+    return plain
+
+
 def _claims(context: grpc.ServicerContext) -> bool:
-    """Whether the call carries a non-empty ``x-quotaplane-principal``."""
-    return any(
-        key == PRINCIPAL_METADATA and isinstance(value, str) and value.strip()
-        for key, value in context.invocation_metadata() or ()
-    )
+    """Whether the call carries a non-empty principal claim (``x-quotaplane-principal[-bin]``)."""
+    return _claimed(context) is not None
 
 
 # --- the servicer ----------------------------------------------------------------------------------------
@@ -160,16 +190,15 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @staticmethod
     def _principal(context: grpc.ServicerContext) -> str:
-        """The principal the caller claims (``x-quotaplane-principal``); INVALID_ARGUMENT if it is not one
-        Kafka could carry (it is logged)."""
-        for key, value in context.invocation_metadata() or ():
-            if key == PRINCIPAL_METADATA and isinstance(value, str) and value.strip():
-                principal = value.strip()
-                problem = string_problem(principal)
-                if problem is not None:
-                    raise _BadRequest(f"{PRINCIPAL_METADATA} '{shown(principal)}': {problem}")
-                return principal
-        return ANONYMOUS
+        """The principal the caller claims (``x-quotaplane-principal[-bin]``); INVALID_ARGUMENT if it is not
+        one Kafka could carry (it is logged)."""
+        principal = _claimed(context)
+        if principal is None:
+            return ANONYMOUS
+        problem = string_problem(principal)
+        if problem is not None:
+            raise _BadRequest(f"{PRINCIPAL_METADATA} '{shown(principal)}': {problem}")
+        return principal
 
     @staticmethod
     def _admit(request: object) -> None:
@@ -382,11 +411,14 @@ def serve(
     clock: Callable[[], int] | None = None,
     security: ServerSecurity | None = None,
     cluster_id: str | None = None,
+    health_poll_s: float = DEFAULT_HEALTH_POLL_S,
 ) -> tuple[grpc.Server, int]:
     """Start a gRPC server with the AdminService, health checking and reflection; return it and its port.
 
-    Health reports SERVING for the server ("") and for ``quotaplane.v1.AdminService``; the caller stops the
-    server (``server.stop(grace)``) and then closes the store.
+    Health reports SERVING for the server ("") and for ``quotaplane.v1.AdminService``, except that the
+    AdminService's is NOT_SERVING while the store's log has failed (a disk fault: the controller's
+    ``health()``, or a ``ConfigStore``'s ``failure``), polled every ``health_poll_s`` (``_health.py``). The
+    caller stops the server (``server.stop(grace)``; the poll ends with it) and then closes the store.
 
     ``security`` (None: plaintext, every RPC open) puts TLS or mutual TLS on the listener and, when it has
     operator credentials, requires one on every AdminService RPC; health and reflection stay open.
@@ -406,4 +438,7 @@ def serve(
         operator_services=[SERVICE_NAME],
         service_trailers={SERVICE_NAME: ((CLUSTER_ID_TRAILER, cluster_id),)} if cluster_id else None,
     )
+    probe = log_error_probe(store)
+    if probe is not None:
+        watch_log_health(running.server, running.health, SERVICE_NAME, probe, health_poll_s)
     return running.server, running.port

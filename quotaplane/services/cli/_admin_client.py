@@ -47,7 +47,7 @@ class AdminClient:
         *,
         expected_cluster_id: str | None = None,
     ) -> None:
-        from quotaplane.services.admin import PRINCIPAL_METADATA
+        from quotaplane.services.admin import principal_metadata
         from quotaplane.v1 import admin_pb2_grpc
 
         self.address = address
@@ -55,7 +55,7 @@ class AdminClient:
         self.cluster_id: str | None = None
         self._channel = security.channel(address)
         self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
-        self._metadata = (((PRINCIPAL_METADATA, principal),) if principal else ()) + security.metadata()
+        self._metadata = ((principal_metadata(principal),) if principal else ()) + security.metadata()
 
     def _check_cluster(self, trailers: Any) -> None:
         from quotaplane.services.admin import CLUSTER_ID_TRAILER

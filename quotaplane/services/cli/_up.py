@@ -101,6 +101,13 @@ def add_up_command(commands: argparse._SubParsersAction) -> None:
         metavar="CN,...",
         help="client-certificate common names that are operators (needs --tls-client-ca)",
     )
+    up.add_argument(
+        "--admin-ssl-principal-mapping-rules",
+        metavar="RULES",
+        help="Kafka's ssl.principal.mapping.rules for the AdminService's client certificates (needs "
+        "--tls-client-ca): the principal recorded with a change made with one, e.g. "
+        "'RULE:^CN=([^,]*).*$/$1/L,DEFAULT' (default DEFAULT: User:<subject DN>; a subject no rule maps is refused)",
+    )
     _add_frontend_options(up)
 
 
@@ -131,7 +138,9 @@ def _add_frontend_options(up: argparse.ArgumentParser) -> None:
     kafka.add_argument(
         "--kafka-operators",
         metavar="PRINCIPAL,...",
-        help="principals allowed the Kafka admin APIs, e.g. User:admin (with SASL and no list: nobody)",
+        help="principals allowed the Kafka admin APIs (quotas, configs), e.g. User:admin. No list: open when the "
+        "Kafka listener authenticates no one, refused to everyone (CLUSTER_AUTHORIZATION_FAILED) once it "
+        "authenticates clients by SASL or by client certificate (--kafka-tls-client-ca)",
     )
     kafka.add_argument("--kafka-tls-cert", metavar="PEM", help="server certificate chain: TLS on the Kafka listener")
     kafka.add_argument("--kafka-tls-key", metavar="PEM", help="its private key (unencrypted)")
@@ -268,19 +277,29 @@ def _int_option(name: str, text: str) -> int:
 
 
 def _server_security(args: argparse.Namespace) -> ServerSecurity | None:
-    """The listeners' security from ``up``'s flags (None: none given); a bad file is a ValueError."""
-    from quotaplane.services._security import ServerSecurity
+    """The listeners' security from ``up``'s flags (None: none given); a bad file or rule is a ValueError."""
+    from quotaplane.services._security import PrincipalMapper, ServerSecurity
 
     subjects = [s for s in (args.operator_subjects or "").split(",") if s.strip()]
-    given = (args.tls_cert, args.tls_key, args.tls_client_ca, args.operator_tokens_file)
+    rules = args.admin_ssl_principal_mapping_rules
+    given = (args.tls_cert, args.tls_key, args.tls_client_ca, args.operator_tokens_file, rules)
     if all(value is None for value in given) and not subjects:
         return None
+    if rules is not None:
+        # only client certificates are mapped: without mutual TLS the rules would silently change nothing
+        if args.tls_client_ca is None:
+            raise ValueError("--admin-ssl-principal-mapping-rules maps client certificates: it needs --tls-client-ca")
+        try:
+            PrincipalMapper.parse(rules)
+        except ValueError as e:
+            raise ValueError(f"--admin-ssl-principal-mapping-rules: {e}") from None
     return ServerSecurity.load(
         cert_file=args.tls_cert,
         key_file=args.tls_key,
         client_ca_file=args.tls_client_ca,
         tokens_file=args.operator_tokens_file,
         operator_subjects=subjects,
+        principal_mapping_rules="DEFAULT" if rules is None else rules,
     )
 
 

@@ -125,10 +125,14 @@ class AdminApis:
         return answers
 
     def authorized(self, state: ConnectionState) -> bool:
-        """Whether the connection's principal may use the admin APIs (see the module docstring)."""
+        """Whether the connection's principal may use the admin APIs: it is in the operator list; with no list,
+        only on a listener that authenticates no one (``FrontendConfig.authenticates_clients``: no SASL, no
+        client certificates), as on a broker without an authorizer. A listener that authenticates its clients
+        (SASL, or mutual TLS) with no list denies every principal, as Kafka's authorizer does without an ACL
+        granting the operation: an authenticated identity is not a permission."""
         operators = self.config.operators
         if operators is None:
-            return not self.config.sasl_enabled  # SASL on and no operator list: deny, as an authorizer does
+            return not self.config.authenticates_clients
         return state.principal in operators
 
     # --- client quotas ---------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ Everything here runs on the frontend's event loop with ``grpc.aio`` channels. Th
 (GetTelemetrySubscriptions, PushTelemetry, request-time recording, the proxy's produce usage and topic
 mutations, connection admission and release, disconnects) go through one :class:`~._batcher.Batcher` each, so
 thousands of connections share a handful of RPCs per millisecond. Admin calls are rare and go one by one,
-carrying the Kafka client's principal (``x-quotaplane-principal``) and the frontend's own bearer token
-(``quotaplane up`` makes one up for it at each start): the frontend has already authenticated the Kafka
+carrying the Kafka client's principal (``x-quotaplane-principal``; ``x-quotaplane-principal-bin``, its UTF-8
+bytes, when it is not plain ASCII) and the frontend's own bearer token (``quotaplane up`` makes one up for it
+at each start): the frontend has already authenticated the Kafka
 client (SASL) and authorized it (Kafka's ACL check); the token proves to the AdminService that the call comes
 from a frontend it trusts, and is what lets the principal asserted here be recorded with the change (the
 AdminService ignores that header from any other credential, and records the credential's own principal).
@@ -19,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from quotaplane.services.admin import principal_metadata
 from quotaplane.v1 import admin_pb2_grpc, connection_pb2_grpc, quota_pb2_grpc, telemetry_pb2_grpc
 from quotaplane.v1 import connection_pb2 as conn_pb
 from quotaplane.v1 import quota_pb2 as quota_pb
@@ -37,7 +39,6 @@ _MAX_BATCH = 1000
 #: A PushTelemetry batch carries pushes of up to telemetry.max.bytes (1 MiB) each: one gRPC message stays
 #: well below the gateway's 64 MiB limit, while typical pushes (~0.5 kB from librdkafka) batch by the hundred.
 _MAX_PUSH_BATCH_BYTES = 16 * 1024 * 1024
-_PRINCIPAL_METADATA = "x-quotaplane-principal"
 _GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -236,7 +237,7 @@ class Backend:
     # --- the AdminService ------------------------------------------------------------------------------
     async def admin_call(self, method: str, request: Any, principal: str) -> Any:
         """One AdminService RPC on behalf of ``principal``; gRPC errors propagate (``grpc.aio.AioRpcError``)."""
-        metadata = [(_PRINCIPAL_METADATA, principal)]
+        metadata = [principal_metadata(principal)]
         if self._admin_token:
             metadata.append(("authorization", f"Bearer {self._admin_token}"))
         return await getattr(self.admin, method)(request, metadata=metadata, timeout=self.timeout_s)

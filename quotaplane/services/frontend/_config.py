@@ -75,7 +75,8 @@ class FrontendConfig:
     #: SASL/SCRAM-SHA-256 and -512 users' stored credentials; None: no SCRAM. Neither: no SASL (the principal
     #: is ``User:ANONYMOUS``, or the client certificate's under mutual TLS).
     scram_credentials: ScramCredentials | None = None
-    #: Principals allowed to use the admin APIs; None: no list (open without SASL, closed with SASL).
+    #: Principals allowed to use the admin APIs; None: no list, open only on a listener that authenticates no
+    #: one (no SASL, no client certificates), closed to everyone once it does (``authenticates_clients``).
     operators: frozenset[str] | None = None
     #: TLS on the Kafka listener (``tls_context``; with a client CA, Kafka's ``ssl.client.auth=required``).
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
@@ -118,6 +119,15 @@ class FrontendConfig:
     @property
     def sasl_enabled(self) -> bool:
         return self.sasl_credentials is not None or self.scram_credentials is not None
+
+    @property
+    def authenticates_clients(self) -> bool:
+        """Whether the listener proves who its clients are (SASL, or ``ssl.client.auth=required``). Then an
+        operator list is the only grant of the admin APIs: with none, they are refused to every principal (an
+        authorizer with no ACL), so turning authentication on never leaves them open to every authenticated
+        client. Without authentication every client is ``User:ANONYMOUS`` and nothing could be granted to
+        anyone in particular: open, as a broker without ``authorizer.class.name``."""
+        return self.sasl_enabled or self.ssl_client_auth
 
     @property
     def ssl_client_auth(self) -> bool:

@@ -11,8 +11,9 @@ IncrementalAlterConfigs need ALTER_CONFIGS on the CLUSTER, DescribeClientQuotas,
 ListClientMetricsResources need DESCRIBE_CONFIGS on the CLUSTER (TOPIC resources on the topic), and the
 answer to a principal without it is Kafka's: CLUSTER_AUTHORIZATION_FAILED (TOPIC_AUTHORIZATION_FAILED
 for a topic resource), per entry or per resource where the response has entries. The "ACL" is one
-list of operator principals; with no authorizer configured (plaintext, no operator list) every call is
-allowed, as on a Kafka broker without ``authorizer.class.name``. GetTelemetrySubscriptions and
+list of operator principals; with no authorizer configured (no operator list, and a listener that authenticates
+no one: no SASL, no client certificates) every call is allowed, as on a Kafka broker without
+``authorizer.class.name``. GetTelemetrySubscriptions and
 PushTelemetry need no permission (KIP-714).
 
 **Where this is not a broker** (a frontend without ``--upstream-bootstrap``): Metadata lists the frontend as

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
 import signal
 import socket
@@ -242,9 +243,33 @@ def placement_hint(exc: BaseException, resources: dict[str, float] | None) -> st
     return ""
 
 
+#: The last line of a Python traceback: ``package.module.SomeError: message`` (the message's first line).
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)): (?P<message>.*)$"
+)
+
+
+def _creation_error(exc: BaseException) -> str | None:
+    """``Type: message`` of the exception an actor's ``__init__`` raised, from Ray's ActorDiedError.
+
+    Ray carries that exception only as text (the creation task's traceback, after its own first line, which
+    says no more than "the actor died because of an error raised in its creation task"), so the operator would
+    read Ray's words instead of why: a log with a gap, an unreadable directory. The traceback's last exception
+    line is the one raised (earlier ones are those it chained from)."""
+    if not getattr(exc, "_actor_init_failed", False):
+        return None
+    found = None
+    for line in str(exc).splitlines():
+        match = _EXCEPTION_LINE.match(line.strip())
+        if match is not None:
+            found = f"{match['name']}: {match['message'].strip()}"
+    return found
+
+
 def ray_reason(exc: BaseException) -> str:
-    """The actor's own error when Ray wrapped one, else Ray's first line."""
+    """The actor's own error when Ray wrapped one (a method's exception, or the one its ``__init__`` raised:
+    :func:`_creation_error`), else Ray's first line."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException):
         return f"{type(cause).__name__}: {first_line(cause)}"
-    return first_line(exc)
+    return _creation_error(exc) or first_line(exc)

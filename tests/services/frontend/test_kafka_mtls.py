@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from quotaplane.protocol import AlterClientQuotasRequest, ApiVersionsRequest
+from quotaplane.protocol import AlterClientQuotasRequest, ApiVersionsRequest, DescribeClientQuotasRequest
 from quotaplane.services._security import PrincipalMapper
 from quotaplane.services.frontend import FrontendServer, serve_frontend, tls_context
 from quotaplane.v1 import admin_pb2 as pb
@@ -156,3 +156,34 @@ def test_a_subject_no_rule_maps_fails_the_connection(running: Running, pki: Path
         assert server.stats.protocol_errors >= 1 and server.stats.unexpected_errors == 0
     finally:
         server.close()
+
+
+def test_mutual_tls_without_an_operator_list_refuses_the_admin_apis(running: Running, pki: Path) -> None:
+    """Client certificates authenticate; they grant nothing. With no operator list the admin APIs answer
+    CLUSTER_AUTHORIZATION_FAILED to every principal, as Kafka's authorizer does with no ACL granting
+    ALTER_CONFIGS / DESCRIBE_CONFIGS on the cluster (the same rule as a SASL listener with no list)."""
+    server = serve_frontend(
+        running.cluster.gateway_address,
+        running.cluster.admin_address,
+        port=0,
+        ssl_context=tls_context(str(pki / "server.pem"), str(pki / "server.key"), str(pki / "ca.pem")),
+        principal_mapper=PrincipalMapper.parse(RULES),
+    )
+    try:
+        assert server.config.authenticates_clients and server.config.operators is None
+        client = _tls_client(server.port, pki)
+        try:
+            assert client.call(18, 3, ApiVersionsRequest("qp", "1.0")).error_code == 0
+            Entry = AlterClientQuotasRequest.EntryData
+            alter = AlterClientQuotasRequest(
+                [Entry([Entry.EntityData("user", "mtls-open")], [Entry.OpData("producer_byte_rate", 1024.0, False)])]
+            )
+            assert [e.error_code for e in client.call(49, 1, alter).entries] == [31]  # CLUSTER_AUTHORIZATION_FAILED
+            describe = DescribeClientQuotasRequest([DescribeClientQuotasRequest.ComponentData("user", 1, None)], False)
+            assert client.call(48, 1, describe).error_code == 31
+        finally:
+            client.close()
+    finally:
+        server.close()
+    entity = pb.ClientQuotaEntity(entity=[events_pb.EntityData(entity_type="user", entity_name="mtls-open")])
+    assert not running.admin.EntityHistory(pb.EntityHistoryRequest(entity=entity), timeout=10).entries
