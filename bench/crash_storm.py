@@ -12,9 +12,13 @@ events at a time (``client_quota_event``, each event named by its request id ``r
 so its whole content can be rebuilt from it). After ``append`` returns, the thread writes an **ack**
 line (``run thread seq last_offset count crc``) to the round's ack file with one ``write`` on an
 ``O_APPEND`` descriptor: an ack written is a promise, an ack not yet written is not. The parent
-SIGKILLs the writer after a seeded random delay (``--max-delay-ms``), then reopens the log for
-writing (timed: the reopen is the recovery) and checks:
+SIGKILLs the writer after a seeded random delay (``--max-delay-ms``), opens the log read-only with
+``full_recovery=True`` (timed: what a reopen cost before the recovery point, every frame verified),
+then reopens it for writing (timed: the reopen is the recovery, from the recovery point checkpoint)
+and checks:
 
+* the reopen from the recovery point ends where the full scan ends (a read-only open stops before a
+  torn tail, which the writable open cuts);
 * the only change to the directory is the one a torn tail allows: every segment keeps its size
   except the last, which may be cut at a frame boundary, and then exactly one new ``.torn-<p>`` copy
   holds exactly the bytes cut (each cut is counted);
@@ -187,8 +191,9 @@ def writer_main(
 def _install_fault(fault: str, real_write) -> None:
     """Replace this process's ``os.write`` / ``os.fdatasync`` so that it SIGKILLs itself at the n-th frame.
 
-    In the writer only the log's frame writes call ``os.write`` (acks use the saved ``real_write``) and
-    only its data syncs call ``os.fdatasync`` (``_log._sync_data`` looks it up at each call).
+    In the writer only the log's frame writes call ``os.write`` (acks use the saved ``real_write``; the
+    recovery point checkpoint uses ``os.pwrite``) and only its data syncs call ``os.fdatasync``
+    (``_log._sync_data`` looks it up at each call).
     """
     kind, n = fault.split(":")
     left = [int(n)]
@@ -474,6 +479,8 @@ def run_storm(storm: Storm, root: Path) -> dict:
     zygote = Zygote()
     rounds: list[Round] = []
     reopen_s: list[float] = []
+    full_scan_s: list[float] = []
+    trusted_segments: list[int] = []
     kills_from_fork = kills_after_ready = 0
     largest = {"events": 0, "segments": 0}
     cuts = cuts_external = empty_last = rolls = no_ack_rounds = unacked_durable = acked_events = acked_appends = 0
@@ -512,6 +519,14 @@ def run_storm(storm: Storm, root: Path) -> dict:
             last_name = max(before[0]) if before[0] else None
             last_bytes = (directory / last_name).read_bytes() if last_name else b""
             rolls += len(before[0]) > segments_at_start
+            t = time.perf_counter()
+            try:
+                with EventLog.open(directory, read_only=True, full_recovery=True) as reference:
+                    full_scan_end = reference.end_offset
+            except Exception as exc:
+                storm.violations.append(f"round {run}: full-scan open failed: {exc!r}")
+                break
+            full_scan_s.append(time.perf_counter() - t)
             counter.count = 0
             t = time.perf_counter()
             try:
@@ -520,6 +535,11 @@ def run_storm(storm: Storm, root: Path) -> dict:
                 storm.violations.append(f"round {run}: reopen failed: {exc!r}")
                 break
             reopen_s.append(time.perf_counter() - t)
+            trusted_segments.append(sum(not s.indexed for s in log._segments))
+            if log.end_offset != full_scan_end:
+                storm.violations.append(
+                    f"round {run}: the reopen ends at {log.end_offset}, a full scan at {full_scan_end}"
+                )
             largest = max(
                 largest,
                 {"events": log.end_offset - log.start_offset, "segments": len(log.segments())},
@@ -563,6 +583,7 @@ def run_storm(storm: Storm, root: Path) -> dict:
         zygote.close()
         logger.removeHandler(counter)
     ordered = sorted(reopen_s)
+    ordered_full = sorted(full_scan_s)
     return {
         "kills": len(reopen_s),
         "kills_external": sum(1 for f in _faults(storm, random.Random(storm.seed)) if not f),
@@ -586,6 +607,14 @@ def run_storm(storm: Storm, root: Path) -> dict:
             "p99_ms": round(_percentile(ordered, 0.99) * 1000, 3) if ordered else None,
             "max_ms": round(ordered[-1] * 1000, 3) if ordered else None,
             "largest_log_reopened": largest,
+            "segments_trusted_from_recovery_point_p50": sorted(trusted_segments)[len(trusted_segments) // 2]
+            if trusted_segments
+            else None,
+        },
+        "reopen_full_scan_read_only": {
+            "p50_ms": round(_percentile(ordered_full, 0.5) * 1000, 3) if ordered_full else None,
+            "p99_ms": round(_percentile(ordered_full, 0.99) * 1000, 3) if ordered_full else None,
+            "max_ms": round(ordered_full[-1] * 1000, 3) if ordered_full else None,
         },
         "final_log": final,
         "violations": len(storm.violations),

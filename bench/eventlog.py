@@ -39,7 +39,18 @@ What it measures, in one run on one temporary directory (``--dir``, default the 
 ``recovery``
     A child process appends with group commit (4 threads, fsync) to the ``read`` log and is killed
     with SIGKILL; the time of the next ``EventLog.open`` (scan and verify everything, cut a torn tail
-    if the kill left one), with the page cache warm and after evicting the segments from it.
+    if the kill left one), with the page cache warm and after evicting the segments from it; and the
+    same warm open with ``full_recovery=True`` (every frame verified, the recovery point ignored).
+``reopen_vs_size``
+    Reopen time as the log grows (10k, 100k, 500k events; ``--quick`` 2k, 10k), at 1 MiB (the default)
+    and at 16 MiB segments (the default before the recovery point): small frames (2 events each, as
+    group commit of a few admin changes writes them), the writer dropped without a close (as a kill: the
+    recovery point is what the rolls wrote) and half a frame left torn at the end. Each size is opened
+    for writing alternately with the recovery point and with ``full_recovery=True`` (best and median of
+    3 each): reopen time should stay flat with the recovery point (bounded by the active segment) and
+    grow with the log without it.
+
+``--figures a,b`` runs only those figures (those they depend on first: ``read`` for the later ones).
 
 Output: one JSON object on stdout. Run: ``.venv/bin/python bench/eventlog.py [--events N] [--quick]
 [--dir PATH]``. ``--quick`` uses small sizes (a smoke run; its figures mean little).
@@ -192,7 +203,7 @@ def _race(threads: int, work: Callable[[int], list[float]]) -> tuple[float, list
 
 
 def _frames(log: EventLog) -> int:
-    return sum(len(s.bases) for s in log._segments)
+    return sum(len(s.load_index().bases) for s in log._segments)
 
 
 def _appends(b: Bench, threads: int, per_thread: int) -> dict:
@@ -522,7 +533,7 @@ def recovery(b: Bench) -> dict:
     with EventLog.open(b.log_dir) as log:
         warm_s = time.perf_counter() - t
         end = log.end_offset
-        frames = sum(len(s.bases) for s in log._segments)
+        frames = sum(len(s.load_index().bases) for s in log._segments)
         paths = log.segments()
     for p in paths:  # clean pages (everything was fsynced), so they can be dropped
         fd = os.open(p, os.O_RDONLY)
@@ -533,6 +544,9 @@ def recovery(b: Bench) -> dict:
     t = time.perf_counter()
     with EventLog.open(b.log_dir):
         cold_s = time.perf_counter() - t
+    t = time.perf_counter()
+    with EventLog.open(b.log_dir, full_recovery=True):
+        full_s = time.perf_counter() - t
     return {
         "events_after_kill": end,
         "appended_by_child_before_kill": end - b.events,
@@ -542,7 +556,62 @@ def recovery(b: Bench) -> dict:
         "torn_tail_cut": len(list(b.log_dir.glob("*.torn-*"))) > torn_before,
         "open_after_sigkill_s": round(warm_s, 4),
         "open_cold_cache_s": round(cold_s, 4),
+        "open_full_recovery_s": round(full_s, 4),
     }
+
+
+def _timed_open(directory: Path, segment_bytes: int, full_recovery: bool) -> tuple[float, int, int]:
+    """One writable open, timed; then the log is dropped as a killed writer's is (no clean close, so the
+    checkpoint stays what the rolls wrote). (seconds, end offset, segments scanned)."""
+    t = time.perf_counter()
+    log = EventLog.open(directory, segment_bytes=segment_bytes, fsync=False, full_recovery=full_recovery)
+    elapsed = time.perf_counter() - t
+    end, scanned = log.end_offset, sum(s.indexed for s in log._segments)
+    log._release()
+    return elapsed, end, scanned
+
+
+def reopen_vs_size(b: Bench) -> dict:
+    sizes = [2_000, 10_000] if b.quick else [10_000, 100_000, 500_000]
+    out: dict[str, dict] = {}
+    for segment_bytes in (1 * MIB, 16 * MIB):
+        directory = b.root / f"reopen-{segment_bytes}"
+        end = 0
+        rows = {}
+        for size in sizes:
+            log = EventLog.open(directory, segment_bytes=segment_bytes, fsync=False)
+            assert log.end_offset == end
+            while end < size:
+                end = log.append([client_quota_event(end), client_quota_event(end + 1)]) + 1
+            active = log.segments()[-1]
+            log._release()  # a kill: no clean close
+            with active.open("ab") as f:  # and a torn last frame
+                f.write(b"\xe7\x01" + bytes(30))
+            times: dict[bool, list[float]] = {True: [], False: []}
+            scanned: dict[bool, int] = {}
+            for _ in range(3):
+                for full in (True, False):
+                    elapsed, opened_end, scanned[full] = _timed_open(directory, segment_bytes, full)
+                    assert opened_end == end
+                    times[full].append(elapsed)
+            segments = len(list(directory.glob("*.log")))
+            rows[str(size)] = {
+                "events": end,
+                "segments": segments,
+                "bytes": sum(p.stat().st_size for p in directory.glob("*.log")),
+                "reopen_recovery_point_ms": {
+                    "best": round(min(times[False]) * 1000, 2),
+                    "median": round(sorted(times[False])[1] * 1000, 2),
+                },
+                "reopen_full_scan_ms": {
+                    "best": round(min(times[True]) * 1000, 2),
+                    "median": round(sorted(times[True])[1] * 1000, 2),
+                },
+                "segments_scanned_recovery_point": scanned[False],
+            }
+        out[f"segment_bytes_{segment_bytes}"] = rows
+        shutil.rmtree(directory, ignore_errors=True)
+    return out
 
 
 #: The figures, in order; each takes the Bench and returns its part of "results".
@@ -553,7 +622,10 @@ FIGURES: list[tuple[str, Callable[[Bench], dict]]] = [
     ("snapshot", snapshot),
     ("replay", replay),
     ("recovery", recovery),
+    ("reopen_vs_size", reopen_vs_size),
 ]
+#: Figures that need an earlier one's artefacts (``Bench.log_dir``, ``Bench.snapshot_path``).
+_NEEDS = {"snapshot": ["read"], "replay": ["read", "snapshot"], "recovery": ["read"]}
 
 
 def filesystem(path: Path) -> dict:
@@ -578,12 +650,20 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=None, help="events to write and read (default 1000000)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--dir", default=None, help="where to create the scratch directory (default: temp dir)")
+    parser.add_argument("--figures", default=None, help="comma-separated figures to run (default: all)")
     args = parser.parse_args()
+    wanted = None
+    if args.figures:
+        wanted = set()
+        for name in args.figures.split(","):
+            if name not in dict(FIGURES):
+                parser.error(f"unknown figure {name!r} (known: {', '.join(n for n, _ in FIGURES)})")
+            wanted.update([name, *_NEEDS.get(name, [])])
     events = args.events or (20_000 if args.quick else 1_000_000)
     root = Path(tempfile.mkdtemp(prefix="eventlog-bench-", dir=args.dir))
     try:
         b = Bench(root=root, quick=args.quick, events=events)
-        results = {name: figure(b) for name, figure in FIGURES}
+        results = {name: figure(b) for name, figure in FIGURES if wanted is None or name in wanted}
         report = {
             "benchmark": "eventlog",
             "workload": {

@@ -70,7 +70,7 @@ from ._image import (
     OffsetGapError,
     Provenance,
 )
-from ._log import EventLog
+from ._log import DEFAULT_SEGMENT_BYTES, EventLog
 from ._log_errors import (
     CorruptLogError,
     EventLogClosedError,
@@ -108,6 +108,7 @@ __all__ = [
     "CONFIG_ADMIN_READS",
     "CONFIG_ADMIN_WRITES",
     "DEFAULT_MAX_APPLIED_REQUESTS",
+    "DEFAULT_SEGMENT_BYTES",
     "IP",
     "MAX_STRING_BYTES",
     "TOPIC_CONFIGS",

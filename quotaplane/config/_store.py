@@ -58,7 +58,7 @@ from ._admin import (
 from ._client_quotas import EntityKey, Resolver, entity_key, validate_string
 from ._dynamic_configs import ConfigResourceType
 from ._image import DEFAULT_MAX_APPLIED_REQUESTS, ConfigDelta, ConfigImage
-from ._log import EventLog, PendingAppend
+from ._log import DEFAULT_SEGMENT_BYTES, EventLog, PendingAppend
 from ._log_errors import EventLogClosedError, EventLogFailedError, LogGapError
 from ._records import client_metrics_configs, record_entity
 from ._snapshot_file import CorruptSnapshotError, list_snapshots, read_snapshot_batches, verify_snapshot, write_snapshot
@@ -297,7 +297,7 @@ class ConfigStore(ConfigAdmin):
         cls,
         directory: str | os.PathLike[str],
         *,
-        segment_bytes: int = 16 * 1024 * 1024,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         fsync: bool = True,
         read_only: bool = False,
         max_applied_requests: int = DEFAULT_MAX_APPLIED_REQUESTS,

@@ -26,7 +26,7 @@ def test_eventlog_bench_quick(tmp_path: Path):
     assert {"event", "events", "quick"} <= report["workload"].keys()
     assert {"processor", "cpu_count", "python_version", "filesystem"} <= report["machine"].keys()
     results = report["results"]
-    assert set(results) == {"disk", "appends", "read", "snapshot", "replay", "recovery"}
+    assert set(results) == {"disk", "appends", "read", "snapshot", "replay", "recovery", "reopen_vs_size"}
     assert {"sequential_write_mb_per_s", "sequential_read_mb_per_s", "append_4k_fdatasync"} <= results["disk"].keys()
     assert {"p50_ms", "p99_ms"} <= results["disk"]["append_4k_fdatasync"].keys()
     for threads in ("one_thread", "sixteen_threads"):
@@ -34,7 +34,10 @@ def test_eventlog_bench_quick(tmp_path: Path):
     assert {"read_batches_events_per_s", "open_scan_s"} <= results["read"].keys()
     assert results["read"]["events"] == results["snapshot"]["entries"] == report["workload"]["events"]
     assert {"read_snapshot_entries_per_s"} <= results["snapshot"].keys()
-    assert {"open_after_sigkill_s", "open_cold_cache_s"} <= results["recovery"].keys()
+    assert {"open_after_sigkill_s", "open_cold_cache_s", "open_full_recovery_s"} <= results["recovery"].keys()
+    for rows in results["reopen_vs_size"].values():
+        for row in rows.values():
+            assert {"events", "segments", "reopen_recovery_point_ms", "reopen_full_scan_ms"} <= row.keys()
     replay = results["replay"]
     assert {"replay_events_per_s", "read_batches_baseline_events_per_s", "store_open_from_snapshot_s"} <= replay.keys()
     assert replay["image_from_snapshot_identical"] is True
