@@ -10,7 +10,8 @@ places and restarts the shard, and still carries everything else (config pushes,
 shard's token (32 random bytes made at start, handed out only by the ``direct_address`` actor call, so only
 a party Ray lets call the actor can use the channel); anything else closes the connection before a byte of
 it is decoded. Then each request frame is ``pickle((kind, config_offset, items))`` and its answer
-``pickle((outcome, value))``: ``("ok", (offset, results))``, ``("invalid", message)`` for the shard's
+``pickle((outcome, value))``: ``("ok", (offset, results))`` (or ``("ok", (offset, None, events))`` from a
+shard ahead of the batch's config offset: ``ShardActor.serve_at``), ``("invalid", message)`` for the shard's
 ValueError (bad items: the batch changed nothing), or ``("error", message)``. One request at a time per
 connection; a gateway opens one connection per shard worker.
 

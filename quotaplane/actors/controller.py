@@ -48,6 +48,7 @@ import ray
 
 from quotaplane.config import (
     CONFIG_ADMIN_WRITES,
+    DEFAULT_SEGMENT_BYTES,
     ConfigImage,
     ConfigStore,
     EventLogLockedError,
@@ -155,7 +156,7 @@ class ConfigController:
         data_dir: str | os.PathLike[str],
         *,
         fsync: bool = True,
-        segment_bytes: int = 16 * 1024 * 1024,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         lock_timeout_s: float = 10.0,
     ) -> None:
         self.data_dir = Path(data_dir)
@@ -371,7 +372,7 @@ def start_controller(
     detached: bool = False,
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     fsync: bool = True,
-    segment_bytes: int = 16 * 1024 * 1024,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     resources: Mapping[str, float] | None = None,
 ) -> Any:
     """The named ConfigController actor: the running one if ``name`` exists (``get_if_exists``: its data
@@ -399,6 +400,7 @@ def start_controller(
         max_task_retries=0,
         max_concurrency=max_concurrency,
         num_cpus=0,
+        enable_task_events=False,  # as the shards': every follower's poll would be an event in Ray's GCS
         **({} if checked is None else {"resources": checked}),
     ).remote(os.fspath(data_dir), fsync=fsync, segment_bytes=segment_bytes)
 

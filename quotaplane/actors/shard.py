@@ -14,7 +14,8 @@ place, so a quota change never resets the usage already recorded. Per-broker sta
 (``startup_configs``: quota windows and other start-up keys are read only here, as in Kafka), then
 subscribes. Pushed batches are applied strictly in offset order: what it already has is skipped; a gap
 (a lost push) makes it pull the missing events from the controller first. Every event goes through
-``image.apply`` and ``binding.apply``.
+``image.apply`` and ``binding.apply``. The last events applied (up to 10,000 or 4 MiB: the follower's tail)
+are kept to hand to a gateway behind this shard (``serve_at``), so the gateway needs no controller to catch up.
 
 **Hot path.** Batches only, through one entry point: ``serve_at(kind, config_offset, items)`` (see
 ``SERVE_KINDS``; the gateway's micro-batches, which arrive pickled through ``serve_packed``). Every item of a
@@ -212,7 +213,7 @@ class ShardActor:
             raise ValueError(f"base_offset must be a non-negative int, got {base_offset!r}")
         if not isinstance(payload, bytes):
             raise ValueError(f"payload must be EventColumns bytes, got {type(payload).__name__}")
-        self.follower.apply(base_offset, decode_columns(payload))
+        self.follower.apply(base_offset, decode_columns(payload), payload)
         return self.image.end_offset
 
     def notify_end_offset(self, end_offset: int) -> int:
@@ -283,7 +284,9 @@ class ShardActor:
         return self._record_producer_ids(items, now_ms)
 
     # --- the gateway's path: one entry point, fenced by config offset ------------------------------------
-    def serve_at(self, kind: str, config_offset: int, items: Sequence[Any]) -> tuple[int, list[Any] | None]:
+    def serve_at(
+        self, kind: str, config_offset: int, items: Sequence[Any]
+    ) -> tuple[int, list[Any]] | tuple[int, None, tuple[tuple[int, bytes], ...]]:
         """Serve a micro-batch of ``kind`` (see ``SERVE_KINDS``) that a gateway routed here with its config
         replica at ``config_offset``; ``(applied offset, one result per item in order)``.
 
@@ -291,9 +294,14 @@ class ShardActor:
         the shard resolves the tags again from its own image; both must read the same image or the usage
         could land in a sensor this shard does not own (two budgets for one entity). A shard behind the
         gateway catches up to ``config_offset`` first; a shard ahead of it serves nothing and answers
-        ``(its offset, None)``: the gateway catches up, resolves and routes the items again, and resends
-        them. Quota changes are rare, so the retry is too. Other kinds are routed by a key that needs no
-        config (user, node id, client instance id): a shard behind catches up, one ahead just serves.
+        ``(its offset, None, events)``, ``events`` being the log batches ``(base offset, EventColumns
+        payload)`` it applied from ``config_offset`` on (``ConfigFollower.events_after``; empty when its tail
+        no longer reaches back that far): the gateway applies them (or, without them, reads the controller),
+        resolves and routes the items again, and resends them. Quota changes are rare, so the retry is too.
+        Why the events: the shard holds exactly what the gateway misses, so the gateway needs no controller
+        call to pass the fence, and a controller that Ray is restarting (seconds) does not fail usage.
+        Other kinds are routed by a key that needs no config (user, node id, client instance id): a shard
+        behind catches up, one ahead just serves. Every other answer is the pair ``(offset, results)``.
 
         Every item is validated before any is served: a bad one raises ValueError and changes nothing.
         """
@@ -306,7 +314,7 @@ class ShardActor:
         if config_offset > self.image.end_offset:
             self.follower.catch_up(config_offset)
         if kind in FENCED_KINDS and config_offset != self.image.end_offset:
-            return self.image.end_offset, None
+            return self.image.end_offset, None, self.follower.events_after(config_offset)
         results = handler(items)
         last = items[-1][-1]
         if type(last) is int and last > self.latest_ms:
@@ -316,7 +324,7 @@ class ShardActor:
         return self.image.end_offset, results
 
     def serve_packed(self, kind: str, config_offset: int, payload: bytes) -> bytes:
-        """``serve_at`` with the items pickled by the caller and ``(offset, results)`` pickled here.
+        """``serve_at`` with the items pickled by the caller and its answer pickled here.
 
         Why: Ray's own serializer walks an argument of a thousand small tuples item by item (measured: a
         1000-item usage micro-batch costs 3.2 ms as a list, 0.8 ms as one ``bytes``, on a 2-core machine),
@@ -625,6 +633,8 @@ def start_shard(
         max_restarts=-1,
         max_task_retries=0,
         num_cpus=0,
+        # Ray's GCS keeps an event per actor call for its dashboard: at a shard's call rate it grew ~3 MB/min
+        enable_task_events=False,
         **options,
     ).remote(shard_id, controller, node_id, catch_up_events=catch_up_events, data_dir=data_dir)
 

@@ -7,8 +7,9 @@ or ``ShardActor.serve_packed`` through Ray), one call in flight.
 Batching is natural: while a call is in flight the queue fills, and the next call takes all of it, so a busy
 shard gets large micro-batches and an idle one answers a lone item at once, without a linger. Items reach a shard in
 the order they arrived; a micro-batch only joins units of the same kind routed at the same config offset,
-since the shard serves it at that offset. A shard ahead of that offset answers nothing and the worker hands
-the units back to the gateway (``reroute``); a shard that fails fails only the requests it held.
+since the shard serves it at that offset. A shard ahead of that offset answers nothing but the config events
+the gateway misses, and the worker hands the units and those events back to the gateway (``reroute``); a shard
+that fails fails only the requests it held.
 """
 
 from __future__ import annotations
@@ -183,12 +184,14 @@ class ShardWorker(threading.Thread):
         for unit in units:
             source = unit.pending.items
             items.extend(source[i] for i in unit.indices)
-        shard_offset, throttles = self.channel.call(kind, offset, items)
+        answer = self.channel.call(kind, offset, items)
+        shard_offset, throttles = answer[0], answer[1]
         self.batches += 1
         if throttles is None:
             if shard_offset < offset:  # it could not catch up to the gateway's config
                 raise Unavailable(f"shard {self.shard_id} is behind the config ({shard_offset} < {offset})")
-            gateway.reroute(units, shard_offset)  # it is ahead of the offset these items were routed at
+            # it is ahead of the offset these items were routed at, and hands over what it applied since
+            gateway.reroute(units, shard_offset, answer[2] if len(answer) > 2 else ())
             return
         self.items += len(items)
         start = 0

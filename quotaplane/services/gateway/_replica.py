@@ -6,10 +6,15 @@ gateway keeps a replica of the controller's image, polled with ``read_from``, an
 it by a ``ManagerBinding`` (used only for their callbacks), so it resolves every item's tags exactly as the
 shard that owns the sensor will, at a config offset it sends along (see ``_routing``). The same managers
 answer Kafka's ``getMaxValueInQuotaWindow`` (a proxy caps Fetch ``max_bytes`` with it) without a shard call.
+
+Events reach the replica two ways, both through its ``ConfigFollower`` (same checks, same apply code, under
+``lock``): polled from the controller, and handed over by a shard that refused a batch because it is ahead
+(:meth:`ConfigReplica.apply_handed`), which keeps usage flowing while the controller restarts.
 """
 
 from __future__ import annotations
 
+import logging
 import operator
 import sys
 import threading
@@ -23,6 +28,8 @@ from quotaplane.quota import CLIENT_ID_TAG, USER_TAG, ProducerIdQuotaManager, bu
 from ._checks import Unavailable, wall_clock_ms
 
 __all__ = ["DOUBLE_MAX_VALUE", "ConfigReplica"]
+
+log = logging.getLogger(__name__)
 
 #: What an item is resolved by: its ``(quota type, user, client_id)``.
 _TAGS_KEY = operator.itemgetter(0, 1, 2)
@@ -54,7 +61,8 @@ class ConfigReplica:
         self._keys: dict[tuple[str, str, str], str] = {}
         self._keys_offset = -1
         self._enabled: tuple[int, dict[str, bool]] | None = None
-        self.follower = ConfigFollower(self._call, max_events=max_events, lock=self.lock)
+        # no tail: nothing asks a gateway for the events it applied
+        self.follower = ConfigFollower(self._call, max_events=max_events, lock=self.lock, tail_events=0)
         self.follower.start()
         startup = startup_configs(self.image)
         self.quotas = build_quota_managers(startup.quota, now_ms=wall_clock_ms())
@@ -101,6 +109,17 @@ class ConfigReplica:
         """Reach at least ``target`` (a shard said it is there)."""
         if self.image.end_offset < target:
             self._pull()
+
+    def apply_handed(self, batches: Sequence[tuple[int, bytes]], target: int) -> bool:
+        """Apply the log batches a shard at ``target`` handed over with its refusal (``ShardActor.serve_at``):
+        True if the replica now reaches ``target`` without the controller. False, with nothing applied, when
+        they do not connect to this replica's offset or are malformed (logged: a shard should never send
+        that); the caller then reads the controller, as without them."""
+        try:
+            return self.follower.apply_handed(batches, target)
+        except ValueError as e:
+            log.warning("config events handed over by a shard at %d were refused: %s", target, e)
+            return False
 
     def resolve(self, items: Sequence[tuple[Any, ...]]) -> tuple[int, list[str]]:
         """The offset and each item's shard key ``type NUL user-tag NUL client-id-tag``; an item starts

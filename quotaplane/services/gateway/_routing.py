@@ -10,12 +10,19 @@ item is ``(quota type, user tag, client-id tag)``, resolved by the :class:`Confi
 hashing over the shard ids picks its owner. The shard resolves the tags again with its own managers (that
 is where the sensor lives), so both must read the same image: every batch carries the gateway's config
 offset (``ShardActor.serve_at``). A shard behind catches up first; a shard ahead records nothing and answers
-its offset: the gateway catches up, resolves and routes those items again, and resends them ahead of what
-is queued. Sending resolved tags instead would need a "record into these tags" entry point in the core; the
-offset fence keeps the core untouched and makes gateway and shard agree on the sensor *and* its limit.
+its offset and the config events it applied since the batch's offset (from the bounded tail its follower keeps):
+the gateway's replica applies them, validated and applied exactly as events read from the controller, resolves
+and routes those items again, and resends them ahead of what is queued. Only when the shard no longer holds
+the events (or they do not fit the replica) does the gateway read them from the controller; so a controller
+that Ray is restarting does not fail usage that the shards and the gateway can decide between them. Sending
+resolved tags instead would need a "record into these tags" entry point in the core; the offset fence keeps
+the core untouched and makes gateway and shard agree on the sensor *and* its limit. Handing events over does
+not weaken it: the resent items are stamped with the offset of the image that resolved them, and the shard
+serves them only at exactly that offset.
 
 **Propagation delay.** The replica polls the controller (``read_from``) every ``poll_interval_s`` (default
-50 ms) and catches up at once when a shard reports a newer offset. A quota change is therefore used by a
+50 ms) and catches up at once when a shard reports a newer offset (with the events that shard handed over,
+else from the controller). A quota change is therefore used by a
 gateway at most ~``poll_interval_s`` + one controller call after it was acknowledged, and by a shard no
 later than the first batch routed at the new offset (the controller's push usually gets there first). The
 gateway does not subscribe to pushes because it is a driver, not an actor.
@@ -74,6 +81,8 @@ class Gateway:
         self._completed_items = 0
         #: micro-batches a shard refused because it was at a newer config (each then routed again)
         self.reroutes = 0
+        #: of those, the ones whose gap the shard's own events closed (no controller call)
+        self.fence_handovers = 0
         #: config polls that failed (the controller unreachable or restarting)
         self.poll_failures = 0
         self.poll_failures_logged_at = 0.0
@@ -193,11 +202,14 @@ class Gateway:
             size = sum(sizes[i] for i in group) if sizes is not None else 0
             self.workers[shard].put([Unit(pending, group, offset, size)], front=front)
 
-    def reroute(self, units: Sequence[Unit], shard_offset: int) -> None:
-        """A shard was at a newer config than these items were routed at: catch up, route them again,
+    def reroute(self, units: Sequence[Unit], shard_offset: int, events: Sequence[tuple[int, bytes]] = ()) -> None:
+        """A shard was at a newer config than these items were routed at: catch up (with ``events``, the log
+        batches the shard handed over, if they close the gap; else from the controller), route them again,
         ahead of what is queued (so a shard still sees each stream's items in order)."""
         self.reroutes += 1
         try:
+            if events and self.replica.apply_handed(events, shard_offset):
+                self.fence_handovers += 1
             self.replica.catch_up(shard_offset)
         except Exception as e:
             for unit in units:
@@ -287,5 +299,6 @@ class Gateway:
             "config_offset": self.replica.offset,
             "in_flight_items": self._in_flight,
             "reroutes": self.reroutes,
+            "fence_handovers": self.fence_handovers,
             "shards": {s: {"batches": w.batches, "items": w.items} for s, w in self.workers.items()},
         }

@@ -7,7 +7,9 @@ or against a shard that has no channel, every micro-batch is one ``serve_packed`
 every micro-batch for ``RETRY_DIRECT_S`` after the channel could not be reached (a network policy that lets
 Ray's ports through but not the shard's: the gateway keeps serving, a little slower, and says so once).
 
-Either way the outcome is the same: ``(shard offset, results)``, :class:`InvalidArgument` for the shard's
+Either way the outcome is the same: ``(shard offset, results)``, or ``(shard offset, None, events)`` when the
+shard refused a fenced batch because it is at a newer config (``events``: the log batches it applied since the
+batch's offset, for the gateway's replica), :class:`InvalidArgument` for the shard's
 ValueError, :class:`Unavailable` for a shard that is dead, restarting or silent. A batch whose connection broke
 mid-call may or may not have been served, exactly as with an actor that died during a call.
 """
@@ -25,13 +27,18 @@ from quotaplane.actors import DirectAddress, ray_get, read_frame, write_frame
 
 from ._checks import InvalidArgument, Unavailable
 
-__all__ = ["RETRY_DIRECT_S", "ShardChannel"]
+__all__ = ["RETRY_DIRECT_S", "ShardAnswer", "ShardChannel"]
 
 log = logging.getLogger(__name__)
 
 #: After a failed connection to a shard's direct channel, how long its micro-batches go through Ray instead.
 RETRY_DIRECT_S = 5.0
 _CONNECT_TIMEOUT_S = 2.0
+
+#: ``ShardActor.serve_at``'s answer: ``(its offset, results)``, or ``(its offset, None)`` / ``(its offset, None,
+#: events)`` when it served nothing (``events``: log batches ``(base offset, EventColumns payload)``; an older
+#: shard answers the pair)
+ShardAnswer = tuple[int, list[Any]] | tuple[int, None] | tuple[int, None, tuple[tuple[int, bytes], ...]]
 
 
 def _ray_call(ref: Any, timeout_s: float) -> Any:
@@ -63,8 +70,8 @@ class ShardChannel:
         self._retry_direct_at = 0.0
         self._unreachable_logged = False
 
-    def call(self, kind: str, offset: int, items: list[Any]) -> tuple[int, list[Any] | None]:
-        """Serve ``items`` of ``kind`` at ``offset`` on the shard: ``(its offset, results or None)``."""
+    def call(self, kind: str, offset: int, items: list[Any]) -> ShardAnswer:
+        """Serve ``items`` of ``kind`` at ``offset`` on the shard: its answer (:data:`ShardAnswer`)."""
         if self.direct and self._connected():
             return self._direct_call(kind, offset, items)
         payload = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
@@ -116,7 +123,7 @@ class ShardChannel:
         self.connects += 1
         return True
 
-    def _direct_call(self, kind: str, offset: int, items: list[Any]) -> tuple[int, list[Any] | None]:
+    def _direct_call(self, kind: str, offset: int, items: list[Any]) -> ShardAnswer:
         sock, stream = self._sock, self._stream
         if sock is None:
             raise Unavailable(f"shard {self.shard_id}: the gateway is closing")
