@@ -23,7 +23,18 @@ What it runs
     Faults, on a schedule drawn from ``--seed``: every ``--fault-interval-s`` (jittered by +-25 %) one of
     ``--faults`` in turn: ``shard`` (a shard drawn at random) or ``controller``: the actor's process (pid from
     its ``info()``) gets SIGKILL and Ray restarts it (``max_restarts=-1``); the next fault waits until the
-    actor answers ``info()`` again. ``gateway`` / ``proxy``: the in-process gRPC gateway / Kafka frontend is
+    actor answers ``info()`` again. ``node`` (a Ray node): with it in ``--faults`` the run starts a cluster of
+    raylets on this host (``ray.cluster_utils.Cluster``, shaped like the Kubernetes deployment: a head offering
+    ``quotaplane_controller``, where the driver attaches and the log's volume is, and ``--shard-nodes`` workers
+    offering ``quotaplane_shard``) and ``launch`` joins it with the shards spread over the workers; a ``node``
+    fault SIGKILLs every process of a worker node hosting a shard (its raylet, its object store, its workers),
+    and a replacement worker node joins at once, as Kubernetes would start a new pod; Ray notices the dead node
+    (its GCS health checks: ``--ray-health-check-period-ms`` times its failure threshold) and restarts the
+    node's shards on a live one. ``host`` (a gateway host): the clients' gateway and Kafka proxy run in a
+    ``quotaplane up --ray-address`` process of their own, joined to that cluster as a second gateway host
+    joins one in Kubernetes (the bootstrap ``launch`` keeps the controller, the shards and the admin load);
+    the fault SIGKILLs that process and starts the same command again, as a restarted pod would. ``gateway`` /
+    ``proxy``: the in-process gRPC gateway / Kafka frontend is
     stopped (its connections dropped, no grace) and started again on the same port with the launcher's own
     start functions (``start_gateway`` / ``start_frontend``), as a restarted ``up`` host would; clients
     reconnect by themselves. ``proxy`` is left out without an upstream.
@@ -33,12 +44,14 @@ What it reports (one JSON object on stdout)
     - ``admin``: changes sent, acknowledged, given up, errors by code, retries;
     - ``faults``: per fault its kind, target, time, the process restart time (kill to ``info()`` answered by the
       new process) and the recovery time of the affected component (kill to its first successful answer to a
-      request *sent after the kill*: a usage batch of the killed shard's stream, an admin change for the
-      controller, a usage batch of every stream for the gateway, a message acknowledged to every producer for
-      the proxy), plus the longest silence of the usage streams meanwhile; for the controller also the usage
-      errors and ``usage_recovery_s`` (a shard or the gateway behind the other must read the missing events
-      from the controller before serving: the offset fence); ``recovery_s`` and ``usage_recovery_s`` sum them
-      up per kind (max, mean);
+      request *sent after the kill*: a usage batch of the killed shard's stream (of every stream of the
+      node's shards for a node), an admin change for the controller, a usage batch of every stream for the
+      gateway, a message acknowledged to every producer for the proxy, both for a host), plus the longest
+      silence of the usage streams meanwhile; for the controller also the usage errors and
+      ``usage_recovery_s`` (the offset fence: a shard behind the gateway must read the missing events from the
+      controller before serving; a gateway behind a shard gets them from the shard's refusal, and from the
+      controller only when they are older than the shard's tail); ``recovery_s`` and ``usage_recovery_s`` sum
+      them up per kind (max, mean);
     - ``errors_outside_outages``: client-visible errors that no fault explains (a usage error outside a
       shard's, the gateway's or the controller's outage, an admin error outside the controller's), and
       ``non_unavailable_errors``: errors of any other code than UNAVAILABLE (in-band, or ``STREAM_UNAVAILABLE``:
@@ -53,7 +66,7 @@ What it reports (one JSON object on stdout)
 
     The exit status is 0 only if every check holds and every recovery took at most ``--recovery-bound-s``.
 
-Run: ``.venv/bin/python bench/chaos.py [--quick] [--seconds S] [--faults shard,controller] [--no-proxy]``.
+Run: ``.venv/bin/python bench/chaos.py [--quick] [--seconds S] [--faults shard,controller,node] [--no-proxy]``.
 """
 
 from __future__ import annotations
@@ -66,7 +79,10 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -346,6 +362,183 @@ def restart_server(cluster: Any, kind: str) -> None:
         start_frontend(cluster)
 
 
+SHARD_RESOURCE = "quotaplane_shard"
+CONTROLLER_RESOURCE = "quotaplane_controller"
+
+
+def start_ray_nodes(root: Path, shard_nodes: int, health_check_period_ms: int) -> Any:
+    """A multi-raylet Ray cluster on this host for the ``node`` fault (see the module's docstring)."""
+    from ray.cluster_utils import Cluster
+
+    temp_dir = root / "ray"  # Ray writes ray_current_cluster to $RAY_TMPDIR/ray
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["RAY_TMPDIR"] = str(root)
+    nodes = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "resources": {CONTROLLER_RESOURCE: 1},
+            "temp_dir": str(temp_dir),
+            "include_dashboard": False,
+            "_system_config": {"health_check_period_ms": health_check_period_ms},
+        },
+    )
+    for _ in range(shard_nodes):
+        add_shard_node(nodes)
+    nodes.wait_for_nodes()
+    return nodes
+
+
+def add_shard_node(nodes: Any) -> Any:
+    return nodes.add_node(num_cpus=0, resources={SHARD_RESOURCE: 100})
+
+
+def descendants(pids: Sequence[int]) -> list[int]:
+    """Every live descendant of ``pids`` (children, their children, ...), from ``/proc``."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])  # after "pid (comm) state": the parent's pid
+            children[parent].append(int(entry))
+    found: list[int] = []
+    todo = list(pids)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_node(nodes: Any, cluster: Any, rng: random.Random) -> dict[str, Any]:
+    """SIGKILL every process of a worker node that hosts a shard, then add a replacement worker node; the
+    fault's record, with the node's shards and their processes before and after."""
+    import ray
+
+    hosts = {name: ray.get(handle.node.remote(), timeout=30) for name, handle in cluster.shards.items()}
+    by_id = {node.node_id: node for node in nodes.worker_nodes}
+    candidates = sorted({node_id for node_id in hosts.values() if node_id in by_id})
+    if not candidates:
+        raise RuntimeError(f"no shard on a worker node: {hosts}")
+    victim = rng.choice(candidates)
+    shards = sorted(name for name, node_id in hosts.items() if node_id == victim)
+    old_pids = {name: actor_pid(cluster.shards[name]) for name in shards}
+    node = by_id[victim]
+    started = [info.process.pid for infos in node.all_processes.values() for info in infos]
+    # a machine that dies takes every process with it: the raylet's workers (the shards) too, which a raylet
+    # killed alone leaves running for seconds, still serving their direct channels
+    doomed = descendants(started)
+    killed = time.monotonic()
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    nodes.remove_node(node, allow_graceful=False)  # SIGKILL of the raylet, its store and its agents
+    add_shard_node(nodes)
+    new_pids = {name: actor_pid(cluster.shards[name], timeout_s=120) for name in shards}
+    moved_to = {name: ray.get(cluster.shards[name].node.remote(), timeout=30) for name in shards}
+    return {
+        "kind": "node",
+        "target": victim[:12],
+        "shards": shards,
+        "killed": killed,
+        "old_pid": old_pids,
+        "new_pid": new_pids,
+        "processes_killed": len(doomed) + len(started),
+        "restarted_on_another_node": all(node_id != victim for node_id in moved_to.values()),
+        "restart_s": round(time.monotonic() - killed, 3),
+    }
+
+
+class GatewayHost:
+    """``quotaplane up --ray-address`` in a process of its own: a gateway (and, with an upstream, a Kafka proxy)
+    on fixed ports, joined to the run's Ray cluster; ``kill`` is SIGKILL, ``start`` the same command again."""
+
+    def __init__(self, ray_address: str, data_dir: Path, shards: int, upstream: str | None, log: Path) -> None:
+        self.gateway_port = free_port()
+        self.frontend_port = free_port() if upstream is not None else None
+        self.command = [
+            str(Path(sys.executable).with_name("quotaplane")),
+            "up",
+            "--ray-address",
+            ray_address,
+            "--data-dir",
+            str(data_dir),
+            "--shards",
+            str(shards),
+            "--admin-port",
+            "0",
+            "--gateway-port",
+            str(self.gateway_port),
+            "--metrics-port",
+            "-1",
+            "--shard-resource",
+            SHARD_RESOURCE,
+            "--controller-resource",
+            CONTROLLER_RESOURCE,
+            "--spread-shards",
+        ]
+        if upstream is not None:
+            self.command += [
+                "--frontend-port",
+                str(self.frontend_port),
+                "--upstream-bootstrap",
+                upstream,
+                "--upstream-broker-port-base",
+                str(free_port() - TANSU_NODE_ID),
+            ]
+        else:
+            self.command += ["--frontend-port", "-1"]
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def gateway_address(self) -> str:
+        return f"127.0.0.1:{self.gateway_port}"
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start ``up`` and wait until its gateway (and Kafka listener) accept connections."""
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        ports = [self.gateway_port] + ([self.frontend_port] if self.frontend_port is not None else [])
+        deadline = time.monotonic() + timeout_s
+        for port in ports:
+            while True:
+                if self.process.poll() is not None:
+                    tail = self.log.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"the gateway host exited with {self.process.returncode}: {tail}")
+                with socket.socket() as probe:
+                    if probe.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the gateway host did not listen on {port} in {timeout_s:g} s")
+                time.sleep(0.05)
+
+    def kill(self) -> int:
+        """SIGKILL the process (its whole session) and reap it; its pid."""
+        assert self.process is not None
+        pid = self.process.pid
+        os.killpg(pid, signal.SIGKILL)
+        self.process.wait()
+        return pid
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def schedule(rng: random.Random, kinds: Sequence[str], start_s: float, end_s: float, every_s: float) -> list[float]:
     """Fault times (seconds after the load started): every ``every_s`` +-25 %, from ``start_s`` to ``end_s``."""
     if not kinds:
@@ -520,9 +713,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     rng = random.Random(args.seed)
     kinds = [k for k in args.faults.split(",") if k]
-    unknown = set(kinds) - {"shard", "controller", "gateway", "proxy"}
+    unknown = set(kinds) - {"shard", "controller", "gateway", "proxy", "node", "host"}
     if unknown:
-        raise SystemExit(f"--faults: unknown kinds {sorted(unknown)} (shard, controller, gateway, proxy)")
+        raise SystemExit(f"--faults: unknown kinds {sorted(unknown)} (shard, controller, gateway, proxy, node, host)")
+    if "host" in kinds and {"gateway", "proxy"} & set(kinds):
+        raise SystemExit("--faults: host moves the clients to a gateway host; gateway and proxy restart launch's own")
     tansu_bin = None if args.no_proxy else tansu_binary()
     if tansu_bin is None:
         kinds = [k for k in kinds if k != "proxy"]  # no proxy to restart
@@ -531,6 +726,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="qp-chaos-") as root:
         tansu = None
         listener = None
+        nodes = None
+        placement: dict[str, Any] = {}
+        host: GatewayHost | None = None
+        upstream: str | None = None
+        if {"node", "host"} & set(kinds):
+            nodes = start_ray_nodes(Path(root), args.shard_nodes, args.ray_health_check_period_ms)
+            placement = {
+                "ray_address": nodes.address,
+                "shard_resources": {SHARD_RESOURCE: 1},
+                "controller_resources": {CONTROLLER_RESOURCE: 1},
+                "spread_shards": True,
+            }
         if tansu_bin is not None:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
             from proxy import create_topics, free_port, start_tansu
@@ -554,19 +761,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 frontend_port=0 if listener is not None else None,
                 kafka_listener=listener,
                 fsync=True,
-                num_cpus=2,
+                num_cpus=None if nodes is not None else 2,
+                **placement,
             ) as cluster:
                 users = load_users(cluster, per_shard=8)
+                gateway_address = cluster.gateway_address
+                bootstrap = f"127.0.0.1:{cluster.frontend_port}"
+                if "host" in kinds:
+                    assert nodes is not None
+                    # a data dir of its own (one ``up`` a data dir), with the cluster's id, as a formatted pod's
+                    host_dir = Path(root) / "host"
+                    host_dir.mkdir()
+                    shutil.copy(Path(root) / "d" / "meta.properties", host_dir / "meta.properties")
+                    host = GatewayHost(nodes.address, host_dir, args.shards, upstream, Path(root) / "host.log")
+                    host.start()
+                    gateway_address = host.gateway_address
+                    bootstrap = f"127.0.0.1:{host.frontend_port}"
                 stop = context.Event()
                 out = context.Queue()
-                usage = context.Process(
-                    target=_usage_client, args=(cluster.gateway_address, users, args.batch, stop, out)
-                )
+                usage = context.Process(target=_usage_client, args=(gateway_address, users, args.batch, stop, out))
                 usage.start()
                 kafka_out = context.Queue()
                 kafka: list[Any] = []
                 if listener is not None:
-                    bootstrap = f"127.0.0.1:{cluster.frontend_port}"
                     kafka = [
                         context.Process(target=_producer, args=(bootstrap, f"p{k}", args.produce_rate, stop, kafka_out))
                         for k in range(args.producers)
@@ -586,6 +803,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if pause > 0:
                         time.sleep(pause)
                     kind = kinds[index % len(kinds)]
+                    if kind == "host":
+                        assert host is not None
+                        killed = time.monotonic()
+                        pid = host.kill()
+                        host.start()
+                        faults.append(
+                            {
+                                "kind": kind,
+                                "target": "host",
+                                "at_s": round(killed - began, 3),
+                                "killed": killed,
+                                "old_pid": pid,
+                                "new_pid": host.process.pid,
+                                "restart_s": round(time.monotonic() - killed, 3),
+                            }
+                        )
+                        continue
+                    if kind == "node":
+                        fault = kill_node(nodes, cluster, rng)
+                        fault["at_s"] = round(fault["killed"] - began, 3)
+                        faults.append(fault)
+                        continue
                     if kind in ("gateway", "proxy"):
                         killed = time.monotonic()
                         restart_server(cluster, kind)
@@ -645,10 +884,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     else None
                 )
         finally:
+            if host is not None:
+                host.stop()
+                if os.environ.get("CHAOS_KEEP_HOST_LOG"):
+                    shutil.copy(host.log, os.environ["CHAOS_KEEP_HOST_LOG"])
             if tansu is not None:
                 from proxy import stop_tansu
 
                 stop_tansu(tansu)
+            if nodes is not None:
+                import ray
+
+                ray.shutdown()
+                nodes.shutdown()
 
     # --- what the clients saw ------------------------------------------------------------------------------
     recovery_bound = args.recovery_bound_s
@@ -663,10 +911,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 (longest_silence(s["records"], killed, min(killed + (recovered or 0.0), next_kill)) for s in others),
                 default=None,
             )
-        elif fault["kind"] == "gateway":
-            # every stream must come back: the slowest one's first answer
-            per_stream = [first_success_after(s["records"], killed) for s in streams.values()]
+        elif fault["kind"] == "node":
+            # every stream of the node's shards must come back; the other shards' streams must not notice
+            per_stream = [first_success_after(streams[name]["records"], killed) for name in fault["shards"]]
             recovered = None if None in per_stream else max(v for v in per_stream if v is not None)
+            others = [s for name, s in streams.items() if name not in fault["shards"]]
+            fault["other_streams_longest_silence_s"] = max(
+                (longest_silence(s["records"], killed, min(killed + (recovered or 0.0), next_kill)) for s in others),
+                default=None,
+            )
+        elif fault["kind"] in ("gateway", "host"):
+            # every stream must come back (and, for a host, every producer): the slowest one's first answer
+            per_client = [first_success_after(s["records"], killed) for s in streams.values()]
+            if fault["kind"] == "host":
+                per_client += [first_success_after(p["records"], killed) for p in produced]
+            recovered = None if None in per_client else max(v for v in per_client if v is not None)
         elif fault["kind"] == "proxy":
             per_producer = [first_success_after(p["records"], killed) for p in produced]
             recovered = None if None in per_producer else max(v for v in per_producer if v is not None)
@@ -681,7 +940,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 longest_silence(s["records"], killed, window_end) for s in streams.values()
             )
             # a shard behind the gateway's replica must pull the missing events from the controller before it
-            # serves (the offset fence): usage may wait for the controller too; measured per stream
+            # serves (the offset fence; a gateway behind a shard gets them from the shard): usage may wait for
+            # the controller too; measured per stream
             fault["usage_errors"] = sum(
                 1
                 for s in streams.values()
@@ -692,10 +952,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             fault["usage_recovery_s"] = None if None in per_stream else max(v for v in per_stream if v is not None)
         fault["recovery_s"] = recovered
         # the outage a client may see: from the kill until the component's first answer (+1 s for the answers
-        # to requests already in flight then)
-        outages.append(
-            (fault["kind"], fault["target"], killed, min(killed + (recovered or recovery_bound) + 1.0, next_kill))
-        )
+        # to requests already in flight then); a node's is the outage of each of its shards
+        window = (killed, min(killed + (recovered or recovery_bound) + 1.0, next_kill))
+        if fault["kind"] == "node":
+            outages.extend(("shard", name, *window) for name in fault["shards"])
+        elif fault["kind"] == "host":
+            outages.append(("gateway", "gateway", *window))
+        else:
+            outages.append((fault["kind"], fault["target"], *window))
 
     def explained(kind: str, target: str, sent: float, received: float) -> bool:
         return any(k == kind and t == target and sent <= end and received >= start for k, t, start, end in outages)
@@ -745,7 +1009,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         kind: summary(
             [f["usage_recovery_s" if kind == "controller" else "recovery_s"] for f in faults if f["kind"] == kind]
         )
-        for kind in sorted(set(kinds) & {"shard", "controller", "gateway"})
+        for kind in sorted(set(kinds) & {"shard", "controller", "gateway", "node", "host"})
     }
     report["restart_s"] = {
         kind: summary([f["restart_s"] for f in faults if f["kind"] == kind]) for kind in sorted(set(kinds))
@@ -797,7 +1061,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--faults",
         default="shard,controller,gateway,proxy",
-        help="fault kinds, in turn: shard, controller (SIGKILL), gateway, proxy (restarted in-process)",
+        help="fault kinds, in turn: shard, controller, node, host (SIGKILL), gateway, proxy (restarted in-process)",
+    )
+    parser.add_argument("--shard-nodes", type=int, default=2, help="with node faults: worker raylets for the shards")
+    parser.add_argument(
+        "--ray-health-check-period-ms",
+        type=int,
+        default=3000,
+        help="with node faults: how often Ray's GCS checks a raylet (Ray's default: 3000)",
     )
     parser.add_argument("--fault-interval-s", type=float, default=15.0)
     parser.add_argument("--tail-s", type=float, default=8.0, help="no fault in the last seconds of the load")
@@ -829,6 +1100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "faults": args.faults,
             "fault_interval_s": args.fault_interval_s,
             "shards": args.shards,
+            "ray_nodes": None
+            if "node" not in args.faults and "host" not in args.faults
+            else {"shard_nodes": args.shard_nodes, "health_check_period_ms": args.ray_health_check_period_ms},
             "usage": f"one RecordUsage stream per shard, {args.batch}-item UsageColumns batches, one in flight",
             "admin": f"AlterClientQuotas every {args.admin_interval_s} s, retried with its request id",
             "proxy": None

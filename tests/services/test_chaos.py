@@ -9,9 +9,14 @@ the actor's process, Ray restarts it) while usage streams through the gateway an
   are acknowledged again within it after the controller's;
 - clients saw no error but UNAVAILABLE, and none outside a fault's outage.
 
+A second run takes a Ray node and a gateway host down instead, on a cluster of raylets on this machine: every
+process of a worker node that hosts a shard gets SIGKILL (a machine dying; Ray's health check runs every 500 ms
+here instead of 3 s, so the node's death is noticed in ~2.5 s instead of ~15 s), and the ``quotaplane up
+--ray-address`` process the clients talk to gets SIGKILL and is started again.
+
 The Kafka proxy's part (librdkafka producers and a consumer: exactly once through the faults) is the
 benchmark's alone (``bench/chaos.py`` with Tansu installed): it adds Tansu and three client processes to a
-suite that shares two cores. The run is real: nothing is mocked; about 50 s.
+suite that shares two cores. The runs are real: nothing is mocked; about 50 s and 70 s.
 """
 
 from __future__ import annotations
@@ -81,6 +86,64 @@ def test_a_shard_kill_and_a_controller_kill_under_load_lose_nothing(tmp_path):
     assert usage["batches_answered"] > 0
     assert set(usage["errors"]) <= {"UNAVAILABLE"}, usage["error_samples"]
     assert results["non_unavailable_errors"] == {}
+    assert results["errors_outside_outages_count"] == 0, results["errors_outside_outages"]
+    assert report["failures"] == []
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_ray_node_kill_and_a_gateway_host_kill_under_load_lose_nothing(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--no-proxy",
+            "--seconds",
+            "36",
+            "--faults",
+            "node,host",
+            "--fault-interval-s",
+            "13",
+            "--tail-s",
+            "10",
+            "--ray-health-check-period-ms",
+            "500",
+            "--recovery-bound-s",
+            str(BOUND_S),
+            "--seed",
+            "19",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.stdout, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    results = report["results"]
+    print(json.dumps({k: results[k] for k in ("faults", "recovery_s", "usage")}))
+
+    node, host = results["faults"]
+    assert node["kind"] == "node" and host["kind"] == "host"
+    # the node's shards came back in new processes on another node, and their streams were answered again
+    assert node["shards"] and node["restarted_on_another_node"], node
+    assert all(node["new_pid"][name] != node["old_pid"][name] for name in node["shards"])
+    assert node["recovery_s"] is not None and node["recovery_s"] <= BOUND_S, node
+    # the gateway host is a new process, and every usage stream came back through it
+    assert host["new_pid"] != host["old_pid"]
+    assert host["recovery_s"] is not None and host["recovery_s"] <= BOUND_S, host
+
+    config = results["config"]
+    assert config["shards_converged"], config["applied_offsets"]
+    assert config["acknowledged"] > 0 and config["acknowledged"] == config["changes_sent"]
+    assert config["acknowledged_in_controller"] == config["acknowledged"]
+    assert config["acknowledged_in_every_shard"] == config["acknowledged"]
+    assert config["acknowledged_never_applied"] == 0
+    assert config["request_ids_applied_more_than_once"] == 0
+    assert all(config["shard_images_equal_controller"].values())
+
+    usage = results["usage"]
+    assert usage["batches_answered"] > 0
+    assert set(usage["errors"]) <= {"UNAVAILABLE", "STREAM_UNAVAILABLE"}, usage["error_samples"]
     assert results["errors_outside_outages_count"] == 0, results["errors_outside_outages"]
     assert report["failures"] == []
     assert done.returncode == 0, done.stderr[-3000:]
