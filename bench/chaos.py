@@ -44,10 +44,10 @@ What it reports (one JSON object on stdout)
     - ``admin``: changes sent, acknowledged, given up, errors by code, retries;
     - ``faults``: per fault its kind, target, time, the process restart time (kill to ``info()`` answered by the
       new process) and the recovery time of the affected component (kill to its first successful answer to a
-      request *sent after the kill*: a usage batch of the killed shard's stream (of every stream of the
-      node's shards for a node), an admin change for the controller, a usage batch of every stream for the
-      gateway, a message acknowledged to every producer for the proxy, both for a host), plus the longest
-      silence of the usage streams meanwhile; for the controller also the usage errors and
+      request *sent after the kill*: a usage batch of the killed shard's stream (for a node: until every
+      stream of its shards answers again after its last error), an admin change for the controller, a usage
+      batch of every stream for the gateway, a message acknowledged to every producer for the proxy, both
+      for a host), plus the longest silence of the usage streams meanwhile; for the controller also the usage errors and
       ``usage_recovery_s`` (the offset fence: a shard behind the gateway must read the missing events from the
       controller before serving; a gateway behind a shard gets them from the shard's refusal, and from the
       controller only when they are older than the shard's tail); ``recovery_s`` and ``usage_recovery_s`` sum
@@ -79,7 +79,6 @@ import json
 import multiprocessing
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -769,11 +768,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 bootstrap = f"127.0.0.1:{cluster.frontend_port}"
                 if "host" in kinds:
                     assert nodes is not None
-                    # a data dir of its own (one ``up`` a data dir), with the cluster's id, as a formatted pod's
-                    host_dir = Path(root) / "host"
-                    host_dir.mkdir()
-                    shutil.copy(Path(root) / "d" / "meta.properties", host_dir / "meta.properties")
-                    host = GatewayHost(nodes.address, host_dir, args.shards, upstream, Path(root) / "host.log")
+                    # a data dir of its own (one ``up`` a data dir): it takes the cluster's id from the controller
+                    host_dir, host_log = Path(root) / "host", Path(root) / "host.log"
+                    host = GatewayHost(nodes.address, host_dir, args.shards, upstream, host_log)
                     host.start()
                     gateway_address = host.gateway_address
                     bootstrap = f"127.0.0.1:{host.frontend_port}"
@@ -886,8 +883,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             if host is not None:
                 host.stop()
-                if os.environ.get("CHAOS_KEEP_HOST_LOG"):
-                    shutil.copy(host.log, os.environ["CHAOS_KEEP_HOST_LOG"])
             if tansu is not None:
                 from proxy import stop_tansu
 
@@ -912,8 +907,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 default=None,
             )
         elif fault["kind"] == "node":
-            # every stream of the node's shards must come back; the other shards' streams must not notice
-            per_stream = [first_success_after(streams[name]["records"], killed) for name in fault["shards"]]
+            # every stream of the node's shards must come back after its last error (a batch in flight as the
+            # node died may still be answered: the first answer after the kill says nothing); the other shards'
+            # streams must not notice
+            settled = killed + fault["restart_s"] + 1.0
+            per_stream = [usage_recovery(streams[name]["records"], killed, settled) for name in fault["shards"]]
             recovered = None if None in per_stream else max(v for v in per_stream if v is not None)
             others = [s for name, s in streams.items() if name not in fault["shards"]]
             fault["other_streams_longest_silence_s"] = max(

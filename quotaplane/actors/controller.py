@@ -57,6 +57,7 @@ from quotaplane.config import (
     encode_events,
     forward_config_admin,
 )
+from quotaplane.meta_properties import claim_cluster_id
 from quotaplane.v1 import config_events_pb2 as pb
 
 from ._resources import check_resources
@@ -158,8 +159,13 @@ class ConfigController:
         fsync: bool = True,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         lock_timeout_s: float = 10.0,
+        cluster_id: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        # the cluster's identity lives with its log (``quotaplane.meta_properties``): a log directory of another
+        # cluster is refused before it is opened; a new one takes ``cluster_id`` (None: a new random id)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._cluster_id = claim_cluster_id(self.data_dir, cluster_id, written_by="the quotaplane config controller")
         self._store = _open_store(
             self.data_dir, fsync=fsync, segment_bytes=segment_bytes, lock_timeout_s=lock_timeout_s
         )
@@ -351,10 +357,16 @@ class ConfigController:
         failure = self._store.failure
         return {"serving": failure is None, "log_error": None if failure is None else str(failure)}
 
+    def cluster_id(self) -> str:
+        """The id of the cluster this log belongs to (its directory's ``meta.properties``): every ``up`` that
+        joins the cluster takes it, or refuses a data directory of another cluster."""
+        return self._cluster_id
+
     def info(self) -> dict[str, Any]:
         """Liveness and identity (the process id changes when Ray restarts the actor), and ``health()``."""
         return {
             "data_dir": str(self.data_dir),
+            "cluster_id": self._cluster_id,
             "pid": os.getpid(),
             "started_ms": self._started_ms,
             "end_offset": self._store.end_offset,
@@ -374,9 +386,11 @@ def start_controller(
     fsync: bool = True,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     resources: Mapping[str, float] | None = None,
+    cluster_id: str | None = None,
 ) -> Any:
     """The named ConfigController actor: the running one if ``name`` exists (``get_if_exists``: its data
-    directory is kept, ``data_dir`` is then ignored), else a new one on ``data_dir``.
+    directory is kept, ``data_dir`` and ``cluster_id`` are then ignored: ask it its ``cluster_id()``), else a
+    new one on ``data_dir``, of cluster ``cluster_id`` (refused if ``data_dir`` belongs to another).
 
     ``max_restarts=-1``: Ray restarts it after a crash and it reopens the same directory. Calls are not
     retried by Ray (``max_task_retries=0``): a write that was in flight may or may not be in the log, and
@@ -402,7 +416,7 @@ def start_controller(
         num_cpus=0,
         enable_task_events=False,  # as the shards': every follower's poll would be an event in Ray's GCS
         **({} if checked is None else {"resources": checked}),
-    ).remote(os.fspath(data_dir), fsync=fsync, segment_bytes=segment_bytes)
+    ).remote(os.fspath(data_dir), fsync=fsync, segment_bytes=segment_bytes, cluster_id=cluster_id)
 
 
 _REMOTE_CONTROLLER = ray.remote(ConfigController)

@@ -8,12 +8,16 @@ ConfigStore; the CLI as a subprocess, as an operator runs it; one ``launch`` che
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
 
+from quotaplane.actors.controller import ConfigController
+from quotaplane.kafka_uuid import random_uuid
+from quotaplane.meta_properties import InconsistentClusterIdError, read_cluster_id
 from quotaplane.services._security import ServerSecurity
 from quotaplane.services.admin import CLUSTER_ID_TRAILER
 from quotaplane.services.launcher import LaunchError, launch
@@ -119,3 +123,29 @@ def test_up_keeps_its_data_directory_id(tmp_path: Path):
         with grpc.insecure_channel(c.admin_address) as channel:
             _, call = admin_pb2_grpc.AdminServiceStub(channel).GetLogOffsets.with_call(pb.GetLogOffsetsRequest())
         assert _trailer(call.trailing_metadata()) == earlier
+        # the controller's log directory names the same cluster: the id every joining up takes
+        assert read_cluster_id(c.config_dir) == earlier
+
+
+def test_the_controller_refuses_a_log_directory_of_another_cluster(tmp_path: Path):
+    ours, theirs = str(random_uuid()), str(random_uuid())
+    controller = ConfigController(tmp_path / "log", cluster_id=ours)
+    try:
+        assert controller.cluster_id() == ours == controller.info()["cluster_id"]
+    finally:
+        controller._store.close()
+    assert read_cluster_id(tmp_path / "log") == ours
+    # reopened by the same cluster (Ray's restart passes the same id), or by a caller that expects none: its id
+    for expected in (ours, None):
+        controller = ConfigController(tmp_path / "log", cluster_id=expected)
+        assert controller.cluster_id() == ours
+        controller._store.close()
+    # another cluster's: refused before the log is opened; the error survives Ray's pickling to the caller
+    with pytest.raises(InconsistentClusterIdError, match=f"belongs to cluster {ours}, not to cluster {theirs}") as e:
+        ConfigController(tmp_path / "log", cluster_id=theirs)
+    again = pickle.loads(pickle.dumps(e.value))
+    assert (again.stored, again.expected, str(again)) == (ours, theirs, str(e.value))
+    # a new directory without an expected id gets a fresh one
+    fresh = ConfigController(tmp_path / "fresh")
+    assert is_cluster_id(fresh.cluster_id()) and fresh.cluster_id() != ours
+    fresh._store.close()

@@ -24,7 +24,9 @@ import grpc
 import pytest
 import ray
 
-from quotaplane.services.launcher import launch
+from quotaplane.kafka_uuid import random_uuid
+from quotaplane.meta_properties import read_cluster_id, write_cluster_id
+from quotaplane.services.launcher import LaunchError, launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc
 from tests.support import environment, free_port
@@ -98,6 +100,8 @@ def _describe(admin_address: str) -> dict[str, float]:
 def test_up_joins_a_running_ray_cluster_and_its_actors_outlive_it(ray_head, tmp_path):
     options = dict(shards=2, admin_port=0, gateway_port=0, metrics_port=None, fsync=True, ray_address=ray_head)
     with launch(tmp_path / "d", **options) as first:
+        cluster_id = first.cluster_id
+        assert read_cluster_id(tmp_path / "d") == read_cluster_id(first.config_dir) == cluster_id
         _alter(first.admin_address)
         controller_pid = ray.get(first.controller.info.remote())["pid"]
         shard_pids = {name: ray.get(s.info.remote())["pid"] for name, s in first.shards.items()}
@@ -109,10 +113,23 @@ def test_up_joins_a_running_ray_cluster_and_its_actors_outlive_it(ray_head, tmp_
         assert {name: ray.get(s.info.remote())["pid"] for name, s in second.shards.items()} == shard_pids
         assert _describe(second.admin_address) == {"producer_byte_rate": 4096.0}
         assert second.status().caught_up
+        assert second.cluster_id == cluster_id
+
+    # another host's up (its own, empty data dir) joins the same cluster: it takes the controller's id, so every
+    # AdminService of the cluster answers with one id
+    with launch(tmp_path / "other-host", **options) as third:
+        assert third.cluster_id == cluster_id
+        assert read_cluster_id(tmp_path / "other-host") == cluster_id
+
+    # a data dir of another cluster is refused, as Kafka refuses a log dir with another cluster.id
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    write_cluster_id(foreign, str(random_uuid()), written_by="test")
+    refused = rf"belongs to cluster \S+, but the cluster at this Ray address is {cluster_id}"
+    with pytest.raises(LaunchError, match=refused):
+        launch(foreign, **options)
 
 
 def test_an_unreachable_ray_address_is_one_line(tmp_path):
-    from quotaplane.services.launcher import LaunchError
-
     with pytest.raises(LaunchError, match=r"cannot join the Ray cluster at 127\.0\.0\.1:1"):
         launch(tmp_path / "d", admin_port=0, gateway_port=None, metrics_port=None, ray_address="127.0.0.1:1")

@@ -25,7 +25,7 @@ from ._checks import (
     ray_temp_dir_for,
 )
 from ._cluster import Cluster
-from ._cluster_id import data_dir_cluster_id
+from ._cluster_id import adopt_cluster_id, data_dir_cluster_id, local_cluster_id
 from ._common import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_DATA_DIR,
@@ -119,7 +119,8 @@ def launch(
     data_dir = Path(data_dir).absolute()
     lock_fd = prepare_data_dir(data_dir)
     try:
-        cluster_id = data_dir_cluster_id(data_dir)
+        # a private up's id is its data dir's; a joining one's is the running cluster's (``_cluster_id``)
+        cluster_id = data_dir_cluster_id(data_dir) if ray_address is None else local_cluster_id(data_dir)
         if admin_port:
             check_port_free(host, admin_port)
         if gateway_port:
@@ -216,15 +217,22 @@ def _start(
 
     joined = cluster.ray_address is not None
     cluster.controller = start_controller(
-        cluster.config_dir, namespace=NAMESPACE, fsync=fsync, detached=joined, resources=controller_resources
+        cluster.config_dir,
+        namespace=NAMESPACE,
+        fsync=fsync,
+        detached=joined,
+        resources=controller_resources,
+        cluster_id=cluster.cluster_id,
     )
     try:
-        ray.get(cluster.controller.info.remote(), timeout=remaining())
+        controller_info = ray.get(cluster.controller.info.remote(), timeout=remaining())
     except Exception as e:
         raise LaunchError(
             f"the config controller on {cluster.config_dir} did not start: {ray_reason(e)}"
             f"{placement_hint(e, controller_resources)}"
         ) from None
+    # the controller's id is the cluster's: a joining up's data dir takes it, or names another and is refused
+    cluster.cluster_id = adopt_cluster_id(cluster.data_dir, controller_info["cluster_id"])
     for i in range(shards):
         cluster.shards[str(i)] = start_shard(
             i,
