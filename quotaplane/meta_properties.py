@@ -18,6 +18,8 @@ import binascii
 import os
 from pathlib import Path
 
+from quotaplane.durable import fsync_directory
+
 __all__ = [
     "META_PROPERTIES",
     "InconsistentClusterIdError",
@@ -101,11 +103,7 @@ def write_cluster_id(directory: Path, cluster_id: str, *, written_by: str) -> No
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(path.parent)
     except OSError as e:
         temporary.unlink(missing_ok=True)
         raise MetaPropertiesError(f"cannot write the cluster id to {path}: {e.strerror or e}") from None
