@@ -12,7 +12,9 @@ readers: ``peek_client_id``, ``produce_acks``, ``fetch_limits``, ``set_throttle_
 ``telemetry_decompress`` (KIP-714 ``decompress``, every codec, with a size cap), ``otlp_metrics``
 (``decode_metrics_data``), ``grpc_quota`` (protobuf parse of the gateway's batches, then their checks),
 ``config_frames`` (``iter_frames`` + ``decode_event_batch``), ``config_recovery`` (segment recovery, read
-only), ``config_snapshot`` (``read_snapshot``), ``archive_segment`` (``decode_segment_bytes``).
+only), ``config_snapshot`` (``read_snapshot``), ``config_recovery_point`` (a log opened behind a mutated
+recovery-point checkpoint must equal a full scan: no exception allowed), ``archive_segment``
+(``decode_segment_bytes``).
 
 Engines. ``mutation`` (always available, deterministic with ``--seed``): a corpus of valid inputs made by
 the project's own encoders, mutated (bit flips, interesting integers over lengths, varint bombs,
@@ -36,6 +38,7 @@ hex. ``--quick``: 5,000 inputs per target. The JSON report goes to stdout (or ``
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -43,6 +46,7 @@ import logging
 import os
 import random
 import resource
+import shutil
 import signal
 import struct
 import subprocess
@@ -415,12 +419,19 @@ def _config_frames_target() -> Target:
     return Target("config_frames", run, (FrameError,), _config_seeds, fixup=_fix_config_crcs)
 
 
+def _scratch_dir() -> Path:
+    """A directory in RAM (``/dev/shm`` where there is one), removed when the process exits."""
+    root = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    directory = Path(tempfile.mkdtemp(prefix="qp-fuzz-", dir=root))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
 class _Scratch:
     """One file in a RAM-backed directory, rewritten per input (recovery and snapshots read paths)."""
 
     def __init__(self, name: str) -> None:
-        root = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        self.dir = Path(tempfile.mkdtemp(prefix="qp-fuzz-", dir=root))
+        self.dir = _scratch_dir()
         self.path = self.dir / name
 
     def write(self, data: bytes) -> Path:
@@ -439,6 +450,52 @@ def _config_recovery_target() -> Target:
         recover(scratch.dir, read_only=True, fsync=False)
 
     return Target("config_recovery", run, (CorruptLogError,), _config_seeds, fixup=_fix_config_crcs)
+
+
+class CheckpointChangedTheLog(AssertionError):
+    """The log opened with a mutated recovery-point checkpoint differs from the full scan (a finding)."""
+
+
+def _config_recovery_point_target() -> Target:
+    """A log of several segments behind a mutated ``recovery-point-checkpoint``: whatever the checkpoint says,
+    the log must open to the same offsets and events as a full scan (a bad checkpoint may only cost time)."""
+    from quotaplane.config._log import EventLog
+    from quotaplane.config._recovery_point import CHECKPOINT_FILE
+
+    directory = _scratch_dir()
+    rng = random.Random(7)
+    checkpoints: list[bytes] = []
+    log = EventLog.open(directory, segment_bytes=512, fsync=False)  # a few events a segment: cheap opens
+    for _ in range(16):
+        log.append(_events(rng, rng.randint(1, 4)))
+        written = directory / CHECKPOINT_FILE
+        if written.exists() and (not checkpoints or written.read_bytes() != checkpoints[-1]):
+            checkpoints.append(written.read_bytes())  # one per roll: the recovery point at that segment
+    log.close()
+    checkpoints.append((directory / CHECKPOINT_FILE).read_bytes())  # the clean close's: the log end
+
+    def contents(log: EventLog) -> tuple[int, int, list[bytes]]:
+        return log.start_offset, log.end_offset, [e.SerializeToString() for _, e in log.read()]
+
+    full = EventLog.open(directory, read_only=True, full_recovery=True)
+    expected = contents(full)
+    full.close()
+
+    def run(data: bytes) -> None:
+        (directory / CHECKPOINT_FILE).write_bytes(data)
+        opened = EventLog.open(directory, read_only=True)
+        try:
+            if contents(opened) != expected:
+                raise CheckpointChangedTheLog("the log opened with this checkpoint differs from a full scan")
+        finally:
+            opened.close()
+
+    def fix_crc(data: bytes) -> bytes:
+        import crc32c
+
+        return data[:-4] + struct.pack(">I", crc32c.crc32c(data[:-4])) if len(data) > 4 else data
+
+    return Target("config_recovery_point", run, (), lambda: list(checkpoints), fixup=fix_crc)
 
 
 def _config_snapshot_target() -> Target:
@@ -522,6 +579,7 @@ TARGET_FACTORIES: dict[str, Callable[[], Target]] = {
     "config_frames": _config_frames_target,
     "config_recovery": _config_recovery_target,
     "config_snapshot": _config_snapshot_target,
+    "config_recovery_point": _config_recovery_point_target,
     "archive_segment": _archive_target,
 }
 
