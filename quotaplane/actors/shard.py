@@ -29,9 +29,12 @@ changes nothing. Housekeeping (sensor expiry, idle client instances, abandoned c
 re-entrant lock (``serialized``), so the core still sees one call at a time.
 
 **Restarts.** ``max_restarts=-1``: after a crash Ray starts the actor again with the same arguments and
-it rebuilds from the log. **Usage is lost on a crash**: sensors live in the process only, so a restarted
-shard answers as if its clients had been idle (quotas are rates over ~11 s windows by default, so this
-forgives at most one window of overuse).
+it rebuilds from the log. Sensors live in the process; with a data directory the shard checkpoints the
+usage windows of its produce, fetch and request quota sensors there every ``checkpoint_interval_s``
+(``_usage_checkpoint``) and a restarted shard puts them back after the config replay, so it forgives only
+what was recorded after the last checkpoint. Without one (or with a checkpoint older than a quota window)
+it answers as if its clients had been idle: at most one window (~11 s by default) of overuse.
+``progress()["restored_usage_age_ms"]`` says how old the restored windows were.
 
 The actor runs one call at a time (Ray's default for a synchronous actor): the core is single-threaded
 by design, and a catch-up pull blocks the shard's queue only for the time of that pull.
@@ -40,6 +43,7 @@ by design, and a catch-up pull blocks the shard's queue only for the time of tha
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import operator
 import os
@@ -47,6 +51,7 @@ import pickle
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import ray
@@ -59,7 +64,10 @@ from quotaplane.quota import (
     QuotaType,
     ThrottlingQuotaExceededError,
     UsageItem,
+    UsageSnapshot,
     build_quota_managers,
+    export_usage,
+    import_usage,
 )
 
 from ._connection_host import ConnectionHost
@@ -71,10 +79,12 @@ from ._replication_host import ReplicationHost
 from ._resources import check_resources
 from ._telemetry_host import TelemetryHost, archive_writer_id
 from ._throttle_archive import ThrottleArchive
+from ._usage_checkpoint import CHECKPOINT_FILE, UsageCheckpointer, load_checkpoint
 from .controller import wall_clock_ms
 
 __all__ = ["FENCED_KINDS", "HOUSEKEEPING_INTERVAL_MS", "SERVE_KINDS", "ShardActor", "start_shard"]
 
+logger = logging.getLogger(__name__)
 _CLIENT_QUOTA_TYPES = (QuotaType.PRODUCE, QuotaType.FETCH)
 T = TypeVar("T")
 
@@ -117,6 +127,7 @@ class ShardActor:
         catch_up_events: int = 10_000,
         controller_timeout_s: float = 30.0,
         data_dir: str | None = None,
+        checkpoint_interval_s: float | None = 1.0,
     ) -> None:
         #: every public method runs under it (``serialized``): Ray's thread and the direct channel's take turns
         self.serving_lock = threading.RLock()
@@ -131,8 +142,20 @@ class ShardActor:
         self.follower = ConfigFollower(self._call, max_events=catch_up_events)
         self.follower.start()
         self._build_managers(self._started_ms)
+        self._restore_usage()
         self._subscribe()
         self._direct = DirectChannelServer(self.serve_at, ray.util.get_node_ip_address())
+        self._checkpointer: UsageCheckpointer | None = None
+        if self.data_dir is not None and checkpoint_interval_s:
+            self._checkpointer = UsageCheckpointer(
+                Path(self.data_dir) / CHECKPOINT_FILE,
+                lambda: export_usage(self.quotas),
+                UsageSnapshot.to_bytes,
+                self.serving_lock,
+                wall_clock_ms,
+                interval_s=checkpoint_interval_s,
+            )
+            self._checkpointer.start()
 
     @property
     def image(self) -> ConfigImage:
@@ -198,6 +221,29 @@ class ShardActor:
         self._next_housekeeping_ms = now_ms + HOUSEKEEPING_INTERVAL_MS
         self.expired_sensors = 0
 
+    def _restore_usage(self) -> None:
+        """Put back the usage windows of the last checkpoint, if it is younger than the largest quota window
+        (``_usage_checkpoint``); ``restored_usage_age_ms`` stays None when nothing was restored."""
+        #: how old the restored usage windows were at start (ms), None: started with empty windows
+        self.restored_usage_age_ms: int | None = None
+        self.restored_sensors = 0
+        if self.data_dir is None:
+            return
+        config = self.quotas.produce.config
+        loaded = load_checkpoint(
+            Path(self.data_dir) / CHECKPOINT_FILE, self._started_ms, config.num_quota_samples * config.quota_window_ms
+        )
+        if loaded is None:
+            return
+        age_ms, snapshot = loaded
+        try:
+            restored = import_usage(self.quotas, snapshot, self._started_ms)
+        except ValueError as exc:  # checked whole before anything is restored: the shard starts empty
+            logger.warning("usage checkpoint of shard %s ignored: %s", self.shard_id, exc)
+            return
+        self.restored_usage_age_ms = age_ms
+        self.restored_sensors = sum(n for kind, n in restored.items() if kind != "skipped")
+
     def _subscribe(self) -> None:
         context = ray.get_runtime_context()
         name = context.get_actor_name() or None
@@ -234,6 +280,7 @@ class ShardActor:
             "incarnation": (os.getpid(), self._started_ms),
             "reconstructed": self._reconstructed,
             "throttle_archive_dropped": 0 if self.throttles is None else self._throttles_dropped(),
+            "restored_usage_age_ms": self.restored_usage_age_ms,
         }
 
     def _throttles_dropped(self) -> int:
@@ -465,6 +512,13 @@ class ShardActor:
             "abandoned_connection_attempts": self.connections.housekeeping(now_ms),
         }
 
+    def checkpoint_usage(self) -> dict[str, Any]:
+        """Write a usage checkpoint now (tests, and before a planned stop); the checkpointer's stats."""
+        if self._checkpointer is None:
+            raise ValueError("this shard has no data directory or checkpoints disabled: no usage checkpoint")
+        self._checkpointer.write_now()
+        return self._checkpointer.stats()
+
     def direct_address(self) -> DirectAddress:
         """``(host, port, token)`` of this shard's direct channel (``_direct``): a gateway sends its
         micro-batches there instead of through ``serve_packed``. Changes when the actor restarts."""
@@ -474,6 +528,8 @@ class ShardActor:
         """Drain the telemetry and throttle archives (what was accepted reaches disk) before the actor goes
         away."""
         self._direct.close()
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         self.telemetry.close()
         if self.throttles is not None:
             self.throttles.close()
@@ -515,6 +571,11 @@ class ShardActor:
             "replication_nodes": self.replication.nodes,
             "throttle_archive": None if self.throttles is None else self.throttles.stats(),
             "telemetry": self.telemetry.stats(),
+            "usage_checkpoint": {
+                "restored_age_ms": self.restored_usage_age_ms,
+                "restored_sensors": self.restored_sensors,
+                **({} if self._checkpointer is None else self._checkpointer.stats()),
+            },
         }
 
     def node(self) -> str:
@@ -605,6 +666,7 @@ def start_shard(
     namespace: str | None = None,
     catch_up_events: int = 10_000,
     data_dir: str | None = None,
+    checkpoint_interval_s: float | None = 1.0,
     detached: bool = False,
     resources: Mapping[str, float] | None = None,
     spread: bool = False,
@@ -618,7 +680,8 @@ def start_shard(
     Placement: the shard asks for no CPU, so by default Ray puts it on the node that creates it.
     ``resources`` (Ray custom resources, e.g. ``{"quotaplane_shard": 1}``) limits it, and its restarts, to
     raylets that offer them; ``spread=True`` spreads shards over those nodes (``scheduling_strategy=
-    "SPREAD"``). A bad name or amount is a ValueError. Ignored for a shard that runs already."""
+    "SPREAD"``). A bad name or amount is a ValueError. Ignored for a shard that runs already.
+    ``checkpoint_interval_s``: how often the usage windows go to ``data_dir`` (None or 0: never)."""
     checked = check_resources(resources, "shard resources")
     options: dict[str, Any] = {}
     if checked is not None:
@@ -636,7 +699,14 @@ def start_shard(
         # Ray's GCS keeps an event per actor call for its dashboard: at a shard's call rate it grew ~3 MB/min
         enable_task_events=False,
         **options,
-    ).remote(shard_id, controller, node_id, catch_up_events=catch_up_events, data_dir=data_dir)
+    ).remote(
+        shard_id,
+        controller,
+        node_id,
+        catch_up_events=catch_up_events,
+        data_dir=data_dir,
+        checkpoint_interval_s=checkpoint_interval_s,
+    )
 
 
 _REMOTE_SHARD = ray.remote(ShardActor)

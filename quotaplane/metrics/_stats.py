@@ -14,6 +14,8 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+from array import array
+from collections.abc import Sequence
 from functools import reduce
 from typing import Protocol, runtime_checkable
 
@@ -171,6 +173,47 @@ class SampledStat(_QuotaCheck):
 
     def combine(self, config: MetricConfig, now_ms: int) -> float:
         raise NotImplementedError
+
+    def export_samples_into(self, starts: array, lasts: array, values: array, counts: array) -> tuple[int, int]:
+        """Append the samples to four ``array`` columns (``q``, ``q``, ``d``, ``q``) and return ``(current, number
+        of samples)``: the copy a shard takes under its serving lock. Arrays of numbers are not tracked by the
+        garbage collector: a list per sensor set off collections that cost more than the copy."""
+        starts.fromlist(self._starts)
+        lasts.fromlist(self._lasts)
+        values.fromlist(self._values)
+        counts.fromlist(self._counts)
+        return self._current, len(self._starts)
+
+    def restore_samples(
+        self,
+        current: int,
+        starts: Sequence[int],
+        lasts: Sequence[int],
+        values: Sequence[float],
+        counts: Sequence[int],
+        *,
+        max_samples: int | None = None,
+    ) -> None:
+        """Replace the samples with those ``export_samples_into`` copied (checked: a bad state raises ValueError and
+        changes nothing). Nothing is purged here: samples obsolete by now go at the next measurement, by
+        the same purge, at the same time, as in the stat that was exported."""
+        size = len(starts)
+        if not (len(lasts) == len(values) == len(counts) == size):
+            raise ValueError("samples: starts, lasts, values and counts must have one entry per sample")
+        if max_samples is not None and size > max_samples + 1:
+            raise ValueError(f"samples: {size} slots, more than samples + 1 = {max_samples + 1}")
+        if type(current) is not int or not (0 <= current < size or current == size == 0):
+            raise ValueError(f"samples: current index {current!r} outside 0..{size - 1}")
+        if not all(type(t) is int for t in itertools.chain(starts, lasts, counts)):
+            raise ValueError("samples: starts, lasts and counts must be integers")
+        if not all(type(v) in (int, float) for v in values):
+            raise ValueError("samples: values must be numbers")
+        self._current = current
+        self._starts = list(starts)
+        self._lasts = list(lasts)
+        self._values = [float(v) for v in values]
+        self._counts = list(counts)
+        self._restructured()
 
     @property
     def sample_count(self) -> int:

@@ -72,6 +72,7 @@ from ._replication import (
 )
 from ._request import NANOS_TO_PERCENTAGE_PER_SECOND, ClientRequestQuotaManager, nanos_to_percentage
 from ._types import DEFAULT, ClientQuotaEntity, ClientQuotaType, Default, QuotaType, desanitize, sanitize
+from ._usage_state import USAGE_STATE_VERSION, UsageImport, UsageSnapshot, export_usage, import_usage
 from .throttle import bounded_throttle_time, java_round, throttle_time, token_bucket_throttle_time
 
 __all__ = [
@@ -89,6 +90,7 @@ __all__ = [
     "PRODUCER_IDS_RATE",
     "STRICT_SINCE_VERSION",
     "UNBOUNDED_CONTROLLER_MUTATION_QUOTA",
+    "USAGE_STATE_VERSION",
     "USER_CLIENT_ID_QUOTA_ENABLED",
     "USER_QUOTA_ENABLED",
     "USER_TAG",
@@ -124,13 +126,17 @@ __all__ = [
     "ThrottledReplicas",
     "ThrottlingQuotaExceededError",
     "TimedBloomFilter",
+    "UsageImport",
     "UsageItem",
+    "UsageSnapshot",
     "bounded_throttle_time",
     "build_quota_managers",
     "check_listener_name",
     "default_resolver",
     "desanitize",
+    "export_usage",
     "host_address",
+    "import_usage",
     "ip_literal",
     "java_round",
     "nanos_to_percentage",

@@ -523,10 +523,7 @@ class ClientQuotaManager:
         tags = self._metric_tags(user, client_id)
         suffix = ":".join(tags.values())
         quota_type = self.quota_type
-        quota_sensor = metrics.get_sensor(f"{quota_type}-{suffix}")
-        if quota_sensor is None:
-            quota_sensor = self._new_sensor(f"{quota_type}-{suffix}", now_ms)
-            self.register_quota_metrics(quota_sensor, tags)
+        quota_sensor = self.quota_sensor_for_tags(tags, now_ms)
         throttle_sensor = metrics.get_sensor(f"{quota_type}ThrottleTime-{suffix}")
         if throttle_sensor is None:
             throttle_sensor = self._new_sensor(f"{quota_type}ThrottleTime-{suffix}", now_ms)
@@ -553,6 +550,17 @@ class ClientQuotaManager:
             if rate_metric is not None and value_sensor is None:
                 self._fast_paths.setdefault(user, {})[client_id] = (quota_sensor, rate_metric, rate_metric.stat)
         return sensors
+
+    def quota_sensor_for_tags(self, metric_tags: Mapping[str, str], now_ms: int) -> Sensor:
+        """The quota sensor of a set of metric tags, created (idle since ``now_ms``, with the quota those tags
+        resolve to now) when missing. ``get_or_create_quota_sensors`` resolves the tags of a client first; a
+        restored usage checkpoint has the tags already (``import_usage``)."""
+        name = f"{self.quota_type}-{':'.join(metric_tags.values())}"
+        quota_sensor = self.metrics.get_sensor(name)
+        if quota_sensor is None:
+            quota_sensor = self._new_sensor(name, now_ms)
+            self.register_quota_metrics(quota_sensor, metric_tags)
+        return quota_sensor
 
     def _cached_sensors(self) -> dict[tuple[str, str], ClientSensors]:
         """The sensor cache, emptied first if any sensor was removed since it was filled."""

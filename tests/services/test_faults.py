@@ -1,7 +1,7 @@
 """Faults through the whole cluster (gRPC clients -> gateway / AdminService -> Ray actors): a killed shard
-is restarted by Ray, replays and serves again through the same gateway (its usage windows restart, and the
-metrics endpoint counts the restart); a killed controller loses no acknowledged change and the gateway
-follows it again; a gateway whose controller is gone reports NOT_SERVING on gRPC health.
+is restarted by Ray, replays and serves again through the same gateway (its usage windows come back from its
+usage checkpoint, and the metrics endpoint counts the restart); a killed controller loses no acknowledged
+change and the gateway follows it again; a gateway whose controller is gone reports NOT_SERVING on gRPC health.
 
 Kills are real (``ray.kill``: the actor's process dies and Ray restarts it); nothing is mocked.
 """
@@ -118,30 +118,39 @@ def test_a_killed_shard_restarts_replays_and_serves_through_the_same_gateway(clu
     wait_propagated(cluster, cluster.gateway)
     values = [800.0] * 30
     core = core_with("victim", 1000.0)
-    before = produce(quota, "victim", values, T0)
-    assert before == [core.record_and_get_throttle_time_ms("victim", "c", v, T0 + i * 10) for i, v in enumerate(values)]
+    # the wall clock's time: the metrics scrape below measures every sensor at the wall clock's now, which
+    # would purge the windows of a simulated past (in the shard, and so in its checkpoint)
+    start = int(time.time() * 1000)
+    before = produce(quota, "victim", values, start)
+    expected = [core.record_and_get_throttle_time_ms("victim", "c", v, start + i * 10) for i, v in enumerate(values)]
+    assert before == expected
     assert before[-1] > 0  # throttled: the usage is there
     assert cluster.metrics_url is not None
     scrape(cluster.metrics_url)  # the endpoint sees the first incarnation
 
     name = owner_of(cluster, "victim")
     shard = cluster.shards[name]
+    ray.get(shard.checkpoint_usage.remote())  # the usage windows as the shard writes them every second
     pid = kill(shard)
 
     # the same gateway, the same channel: UNAVAILABLE while Ray restarts the shard, then served again
-    later = T0 + 1_000
+    later = start + 1_000
     after = eventually(lambda: produce(quota, "victim", [800.0], later))
     assert actor_info(shard)["pid"] != pid
-    # the quota came back from the log, the usage did not: the answer is a fresh core's (documented)
-    assert after == [core_with("victim", 1000.0).record_and_get_throttle_time_ms("victim", "c", 800.0, later)]
-    assert after != [core.record_and_get_throttle_time_ms("victim", "c", 800.0, later)]
+    # the quota came back from the log and the usage from the shard's checkpoint: the answer is the
+    # uninterrupted core's, not a fresh one's
+    assert after == [core.record_and_get_throttle_time_ms("victim", "c", 800.0, later)]
+    assert after != [core_with("victim", 1000.0).record_and_get_throttle_time_ms("victim", "c", 800.0, later)]
     page = scrape(cluster.metrics_url)
     assert f'quotaplane_shard_restarts_total{{shard="{name}"}} 1.0' in page
+    # how old the restored windows were: the interval of usage the restart lost
+    assert f'quotaplane_shard_restored_usage_age_seconds{{shard="{name}"}} ' in page
+    assert "quotaplane_shard_restored_usage_age_seconds{" not in page.replace(f'{{shard="{name}"}}', "")
     # and a change after the restart reaches it
     set_produce_quota(admin, "victim", 10.0)
     wait_propagated(cluster, cluster.gateway)
     cluster.wait_caught_up()
-    assert produce(quota, "victim", [800.0, 800.0], T0 + 100_000)[-1] > 0
+    assert produce(quota, "victim", [800.0, 800.0], start + 100_000)[-1] > 0
 
 
 def test_a_killed_controller_loses_no_acknowledged_change(cluster, admin, quota):

@@ -59,19 +59,20 @@ The ``metric`` label of the two counters is bounded by the number of metric name
 
 **Service metrics**
 
-====================================================  ================================================
-``quotaplane_config_end_offset``                      the config log's end offset (controller)
-``quotaplane_shard_applied_offset{shard}``            events the shard has applied
-``quotaplane_shard_lag_events{shard}``                end offset - applied offset (>= 0)
-``quotaplane_shard_up{shard}``                        1 if the shard answered this scrape, else 0
-``quotaplane_shard_restarts_total{shard}``            restarts seen (each restarted the shard's usage windows)
-``quotaplane_throttle_archive_dropped_total{shard}``  throttle decisions left out of the throttle archive
-``quotaplane_scrape_shard_errors_total{shard}``       shard calls that failed or timed out
-``quotaplane_scrape_controller_errors_total``         controller calls that failed or timed out
-``quotaplane_series_dropped_total{metric}``           series left out by ``max_series_per_metric``
-``quotaplane_series_duplicates_total{metric}``        series reported by more than one shard
-``quotaplane_scrape_duration_seconds``                time this scrape spent gathering
-====================================================  ================================================
+========================================================  ================================================
+``quotaplane_config_end_offset``                          the config log's end offset (controller)
+``quotaplane_shard_applied_offset{shard}``                events the shard has applied
+``quotaplane_shard_lag_events{shard}``                    end offset - applied offset (>= 0)
+``quotaplane_shard_up{shard}``                            1 if the shard answered this scrape, else 0
+``quotaplane_shard_restarts_total{shard}``                restarts seen (usage windows restored from the checkpoint)
+``quotaplane_shard_restored_usage_age_seconds{shard}``    age of the windows restored at the last start (usage lost)
+``quotaplane_throttle_archive_dropped_total{shard}``      throttle decisions left out of the throttle archive
+``quotaplane_scrape_shard_errors_total{shard}``           shard calls that failed or timed out
+``quotaplane_scrape_controller_errors_total``             controller calls that failed or timed out
+``quotaplane_series_dropped_total{metric}``               series left out by ``max_series_per_metric``
+``quotaplane_series_duplicates_total{metric}``            series reported by more than one shard
+``quotaplane_scrape_duration_seconds``                    time this scrape spent gathering
+========================================================  ================================================
 
 The ``_total`` counters count since the endpoint started.
 

@@ -133,10 +133,20 @@ class QuotaplaneCollector(Collector):
         yield up
         yield counter(
             "quotaplane_shard_restarts",
-            "Shard restarts seen (Ray restarted the actor; the usage windows of its entities started over)",
+            "Shard restarts seen (Ray restarted the actor; its entities' usage windows came back from its last "
+            "usage checkpoint, or started over without one)",
             "shard",
             self.shard_restarts,
         )
+        restored = GaugeMetricFamily(
+            "quotaplane_shard_restored_usage_age_seconds",
+            "Age of the usage windows the shard restored from its checkpoint at its last start: the usage of that "
+            "interval was lost (absent: it restored none)",
+            labels=["shard"],
+        )
+        for name, age_ms in sorted(self._gatherer.restored_usage_age_ms.items()):
+            restored.add_metric([name], age_ms / 1000.0)
+        yield restored
         yield counter(
             "quotaplane_throttle_archive_dropped",
             "Throttle decisions not archived for the throttle report (rate bound or full queue; resets with the shard)",

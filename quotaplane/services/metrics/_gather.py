@@ -36,6 +36,9 @@ class ShardGatherer:
         self._incarnations: dict[str, Any] = {}
         #: throttle decisions each shard's current incarnation did not archive (rate bound or full queue)
         self.throttle_archive_dropped: dict[str, int] = {}
+        #: how old the usage windows each shard's current incarnation restored at start were (ms); a shard that
+        #: restored none (first start, no checkpoint) is absent
+        self.restored_usage_age_ms: dict[str, int] = {}
 
     @property
     def pending_shards(self) -> list[str]:
@@ -91,6 +94,11 @@ class ShardGatherer:
                 continue
             self._note_incarnation(name, progress)
             self.throttle_archive_dropped[name] = int(progress.get("throttle_archive_dropped", 0))
+            age = progress.get("restored_usage_age_ms")
+            if age is None:
+                self.restored_usage_age_ms.pop(name, None)
+            else:
+                self.restored_usage_age_ms[name] = int(age)
             answers[name] = (snapshot, int(progress["applied_offset"]))
         return end_offset, answers
 

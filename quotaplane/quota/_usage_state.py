@@ -1,0 +1,216 @@
+"""The usage windows of the client quota managers copied out, as bytes, and back (a shard's usage checkpoint).
+
+A shard that Ray restarts rebuilds its config from the log, but its quota sensors live in the process:
+without their samples every tenant it owns may send up to a whole quota window of extra traffic. This
+module exports, for each quota sensor of the PRODUCE, FETCH and REQUEST managers, its metric tags (as
+Kafka's sensor has them, in order: they name the sensor), the time of its last recording (for Kafka's
+one-hour expiry) and its Rate's samples exactly as ``SampledStat`` keeps them; and imports them into
+managers built from the same config. Export then import is the identity: a manager that continues its
+workload after an import answers the same throttle times, bit for bit, as one that never stopped.
+
+The export (``UsageSnapshot``) is columns of numbers (``array``: a copy that allocates nothing the garbage
+collector tracks, which a shard takes under its serving lock) and the metric names; its bytes
+(``to_bytes`` / ``from_bytes``) are a versioned JSON header (tags, window settings, byte order) and the
+raw columns, ~32 bytes a sample slot. It holds no quota: quotas come from the log. An import creates each
+sensor through the manager's own path for its tags (``quota_sensor_for_tags``), so it gets the quota those
+tags resolve to *now*, then puts the samples back. Nothing is purged at import: samples that are obsolete
+by then are dropped by the stat's own purge at its next measurement, as in the uninterrupted stat. A
+manager whose window settings (``quota.window.num``, ``quota.window.size.seconds``) differ from the
+exported ones is skipped: its samples would not mean the same.
+
+The throttle-time and quota-value sensors are not kept (the first only reports, the second is rebuilt
+from the quota); neither are the shared exempt-request sensor nor controller mutations (token buckets).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..metrics import MetricName, Rate, SampledStat
+from ._factory import QuotaManagers
+from ._types import QuotaType
+
+__all__ = ["USAGE_STATE_VERSION", "UsageImport", "UsageSnapshot", "export_usage", "import_usage"]
+
+#: Bumped on any change of the snapshot's layout; bytes of another version are a ValueError.
+USAGE_STATE_VERSION = 1
+
+#: The managers whose windows are kept.
+_KEPT = (QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST)
+#: Per sensor and per sample slot: the columns in the order their bytes follow the header.
+_PER_SENSOR = ("last_records", "currents", "sizes")
+_PER_SAMPLE = ("starts", "lasts", "counts", "values")
+
+
+class UsageImport(dict[str, int]):
+    """What ``import_usage`` did: sensors restored per quota type name, and ``skipped`` (sensors of a manager
+    whose window settings changed, or whose metric is no longer a sampled Rate)."""
+
+
+@dataclass(slots=True)
+class UsageColumns:
+    """One manager's quota sensors as columns: sensor ``k`` is ``names[k]`` (its quota metric, whose tags
+    name the sensor), ``last_records[k]``, ``currents[k]`` and ``sizes[k]`` consecutive entries of
+    ``starts`` / ``lasts`` / ``counts`` / ``values`` (what ``SampledStat`` keeps per sample)."""
+
+    samples: int
+    window_ms: int
+    names: list[MetricName] = field(default_factory=list)
+    last_records: array = field(default_factory=lambda: array("q"))
+    currents: array = field(default_factory=lambda: array("q"))
+    sizes: array = field(default_factory=lambda: array("q"))
+    starts: array = field(default_factory=lambda: array("q"))
+    lasts: array = field(default_factory=lambda: array("q"))
+    counts: array = field(default_factory=lambda: array("q"))
+    values: array = field(default_factory=lambda: array("d"))
+
+    def check(self) -> None:
+        """ValueError unless the columns fit together and every sensor fits ``samples + 1`` slots."""
+        n = len(self.names)
+        if not (len(self.last_records) == len(self.currents) == len(self.sizes) == n):
+            raise ValueError("usage snapshot: per-sensor columns of different lengths")
+        total = sum(self.sizes)
+        if not (len(self.starts) == len(self.lasts) == len(self.counts) == len(self.values) == total):
+            raise ValueError("usage snapshot: sample columns do not hold the sensors' samples")
+        for size, current in zip(self.sizes, self.currents, strict=True):
+            if not 0 <= size <= self.samples + 1:
+                raise ValueError(f"usage snapshot: {size} samples do not fit {self.samples} + 1 slots")
+            if not (0 <= current < size or current == size == 0):
+                raise ValueError(f"usage snapshot: current sample {current} outside {size} samples")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSnapshot:
+    """The usage windows of the PRODUCE, FETCH and REQUEST managers (by quota type name), copied."""
+
+    managers: dict[str, UsageColumns]
+
+    def to_bytes(self) -> bytes:
+        """A 4-byte header length, the JSON header (version, byte order, per manager its window settings,
+        metric name and sensor tags), then each manager's columns as raw machine numbers."""
+        header: dict[str, Any] = {"version": USAGE_STATE_VERSION, "byteorder": sys.byteorder, "managers": []}
+        columns = []
+        for kind, c in self.managers.items():
+            header["managers"].append(
+                {
+                    "kind": kind,
+                    "samples": c.samples,
+                    "window_ms": c.window_ms,
+                    "metric": [c.names[0].name, c.names[0].group] if c.names else None,
+                    "tags": [list(name.tags.items()) for name in c.names],
+                    "total": len(c.starts),
+                }
+            )
+            columns += [getattr(c, column).tobytes() for column in (*_PER_SENSOR, *_PER_SAMPLE)]
+        encoded = json.dumps(header, separators=(",", ":")).encode()
+        return b"".join([len(encoded).to_bytes(4, "big"), encoded, *columns])
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> UsageSnapshot:
+        """The snapshot ``to_bytes`` wrote; ValueError for anything else (another version, a cut or bad file)."""
+        try:
+            length = int.from_bytes(data[:4], "big")
+            header = json.loads(data[4 : 4 + length])
+            if not isinstance(header, dict) or header.get("version") != USAGE_STATE_VERSION:
+                raise ValueError(f"not a usage snapshot of version {USAGE_STATE_VERSION}")
+            at = 4 + length
+            managers = {}
+            for entry in header["managers"]:
+                c = UsageColumns(int(entry["samples"]), int(entry["window_ms"]))
+                name, group = entry["metric"] if entry["tags"] else ("", "")
+                c.names = [MetricName(name, group, "", dict(tags)) for tags in entry["tags"]]
+                for column in (*_PER_SENSOR, *_PER_SAMPLE):
+                    values = getattr(c, column)
+                    count = len(c.names) if column in _PER_SENSOR else int(entry["total"])
+                    size = count * values.itemsize
+                    if len(data) < at + size:
+                        raise ValueError("usage snapshot cut short")
+                    values.frombytes(data[at : at + size])
+                    at += size
+                    if header["byteorder"] != sys.byteorder:
+                        values.byteswap()
+                c.check()
+                managers[str(entry["kind"])] = c
+        except (KeyError, TypeError, AttributeError, OverflowError) as exc:
+            raise ValueError(f"not a usage snapshot: {exc!r}") from None
+        if at != len(data):
+            raise ValueError("usage snapshot has bytes after its columns")
+        return cls(managers)
+
+
+def export_usage(quotas: QuotaManagers) -> UsageSnapshot:
+    """A copy of the usage windows of the PRODUCE, FETCH and REQUEST managers: the part of a checkpoint that
+    must not interleave with recordings (a shard takes it under its serving lock). One pass over the sensors:
+    a quota sensor is named ``<quota type>-<tags>``, the other sensors of a kind have longer prefixes."""
+    managers: dict[str, UsageColumns] = {}
+    kinds = {}
+    for quota_type in _KEPT:
+        manager = quotas.client_manager(quota_type)
+        c = managers[str(quota_type)] = UsageColumns(manager.config.num_quota_samples, manager.config.quota_window_ms)
+        kinds[str(quota_type)] = (manager.quota_metric_name, c, (c.starts, c.lasts, c.values, c.counts))
+    for name, sensor in quotas.metrics.sensors.items():  # every manager records in the one registry
+        group = name.partition("-")[0]
+        kind = kinds.get(group)
+        if kind is None:
+            continue
+        metric_name, c, into = kind
+        for metric in sensor.metrics:
+            stat = metric.stat
+            if (
+                isinstance(stat, Rate)
+                and isinstance(stat.stat, SampledStat)
+                and metric.metric_name.name == metric_name
+                and metric.metric_name.group == group
+            ):
+                current, size = stat.stat.export_samples_into(*into)
+                c.names.append(metric.metric_name)
+                c.last_records.append(sensor.last_record_time_ms)
+                c.currents.append(current)
+                c.sizes.append(size)
+    return UsageSnapshot(managers)
+
+
+def import_usage(quotas: QuotaManagers, snapshot: UsageSnapshot, now_ms: int) -> UsageImport:
+    """Put ``export_usage``'s windows back into ``quotas`` (built from the same config, after the config
+    replay). A snapshot whose columns do not fit together raises ValueError before anything changes."""
+    if not isinstance(snapshot, UsageSnapshot):
+        raise ValueError(f"expected a UsageSnapshot, got {type(snapshot).__name__}")
+    for c in snapshot.managers.values():
+        c.check()
+    done = UsageImport({str(quota_type): 0 for quota_type in _KEPT})
+    done["skipped"] = 0
+    for quota_type in _KEPT:
+        c = snapshot.managers.get(str(quota_type))
+        if c is None:
+            continue
+        manager = quotas.client_manager(quota_type)
+        if (c.samples, c.window_ms) != (manager.config.num_quota_samples, manager.config.quota_window_ms):
+            done["skipped"] += len(c.names)
+            continue
+        at = 0
+        for name, last_record_ms, current, size in zip(c.names, c.last_records, c.currents, c.sizes, strict=True):
+            end = at + size
+            tags = name.tags
+            sensor = manager.quota_sensor_for_tags(tags, now_ms)
+            metric = manager.metrics.metric(manager.client_quota_metric_name(tags))
+            if metric is None or not isinstance(metric.stat, Rate) or not isinstance(metric.stat.stat, SampledStat):
+                done["skipped"] += 1
+            else:
+                metric.stat.stat.restore_samples(
+                    current,
+                    *_slices((c.starts, c.lasts, c.values, c.counts), at, end),
+                    max_samples=manager.config.num_quota_samples,
+                )
+                sensor.last_record_time_ms = last_record_ms
+                done[str(quota_type)] += 1
+            at = end
+    return done
+
+
+def _slices(columns: Iterable[array], start: int, end: int) -> list[list[Any]]:
+    return [column[start:end].tolist() for column in columns]

@@ -1,0 +1,246 @@
+"""export_usage / import_usage: a manager exported mid-workload and imported into a fresh one (same config)
+answers the rest of the workload exactly as the manager that never stopped."""
+
+from __future__ import annotations
+
+import sys
+from array import array
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quotaplane.quota import (
+    DEFAULT,
+    USAGE_STATE_VERSION,
+    ClientQuotaEntity,
+    QuotaConfig,
+    QuotaManagers,
+    QuotaType,
+    UsageSnapshot,
+    build_quota_managers,
+    export_usage,
+    import_usage,
+)
+
+USERS = ("alice", "bob", "carol")
+CLIENTS = ("c1", "c2", "")
+START_MS = 1_700_000_000_000
+
+#: a quota entity (user, client id) with None for "not set" and "<default>" for Kafka's default entity
+_entity_part = st.sampled_from([None, DEFAULT, "alice", "bob", "c1", "c2"])
+
+
+def _entity(user: object, client_id: object) -> ClientQuotaEntity | None:
+    if user is None and client_id is None:
+        return None
+    user = user if user in (None, DEFAULT, "alice", "bob") else "alice"
+    client_id = client_id if client_id in (None, DEFAULT, "c1", "c2") else "c1"
+    return ClientQuotaEntity(user=user, client_id=client_id)
+
+
+quotas_strategy = st.lists(
+    st.tuples(
+        st.sampled_from([QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST]),
+        _entity_part,
+        _entity_part,
+        st.floats(min_value=1.0, max_value=5000.0),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+#: (kind, user, client id, value, ms since the previous operation)
+op_strategy = st.tuples(
+    st.sampled_from(["produce", "fetch", "unrecord", "request", "network"]),
+    st.sampled_from(USERS),
+    st.sampled_from(CLIENTS),
+    st.integers(min_value=0, max_value=20_000),
+    st.one_of(st.integers(min_value=0, max_value=300), st.integers(min_value=0, max_value=15_000)),
+)
+
+
+def _build(config: QuotaConfig, quotas: list[tuple[QuotaType, object, object, float]]) -> QuotaManagers:
+    managers = build_quota_managers(config, now_ms=START_MS)
+    for quota_type, user, client_id, bound in quotas:
+        entity = _entity(user, client_id)
+        if entity is not None:
+            managers.client_manager(quota_type).update_quota(entity, bound)
+    return managers
+
+
+def _run(managers: QuotaManagers, op: tuple[str, str, str, int, int], now_ms: int) -> int:
+    kind, user, client_id, value, _ = op
+    if kind == "produce":
+        return managers.produce.record_batch([(user, client_id, float(value), now_ms)], now_ms)[0]
+    if kind == "fetch":
+        return managers.fetch.maybe_record_and_get_throttle_time_ms(user, client_id, float(value), now_ms)
+    if kind == "unrecord":
+        managers.fetch.unrecord_quota_sensor(user, client_id, float(value) / 3, now_ms)
+        return 0
+    if kind == "request":
+        return managers.request.maybe_record_request_time(
+            user, client_id, request_thread_time_nanos=value * 50_000, now_ms=now_ms
+        )
+    managers.request.record_network_thread_time(user, client_id, time_nanos=value * 10_000, now_ms=now_ms)
+    return 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    quotas=quotas_strategy,
+    ops=st.lists(op_strategy, min_size=1, max_size=60),
+    split=st.integers(min_value=0, max_value=60),
+    window=st.sampled_from([(11, 1), (3, 2), (2, 1)]),
+    through_bytes=st.booleans(),
+)
+def test_export_import_continues_exactly(
+    quotas: list[tuple[QuotaType, object, object, float]],
+    ops: list[tuple[str, str, str, int, int]],
+    split: int,
+    window: tuple[int, int],
+    through_bytes: bool,
+) -> None:
+    config = QuotaConfig(quota_window_num=window[0], quota_window_size_seconds=window[1])
+    split = min(split, len(ops))
+    times = []
+    now = START_MS
+    for op in ops:
+        now += op[4]
+        times.append(now)
+
+    reference = _build(config, quotas)
+    expected = [_run(reference, op, t) for op, t in zip(ops, times, strict=True)]
+
+    first = _build(config, quotas)
+    got = [_run(first, op, t) for op, t in zip(ops[:split], times[:split], strict=True)]
+    state = export_usage(first)
+    if through_bytes:
+        state = UsageSnapshot.from_bytes(state.to_bytes())
+    restart_ms = times[split - 1] if split else START_MS
+    second = _build(config, quotas)
+    import_usage(second, state, restart_ms)
+    got += [_run(second, op, t) for op, t in zip(ops[split:], times[split:], strict=True)]
+
+    assert got == expected
+    assert export_usage(second) == export_usage(reference)
+
+
+def test_without_import_a_restart_forgets_the_usage() -> None:
+    """The point of the checkpoint: a fresh manager admits what the exported one throttles."""
+    config = QuotaConfig()
+    quotas = [(QuotaType.PRODUCE, "alice", None, 1000.0)]
+    first = _build(config, quotas)
+    assert first.produce.record_batch([("alice", "c1", 9_000.0)], START_MS) == [0]
+    state = export_usage(first)
+    restored, fresh = _build(config, quotas), _build(config, quotas)
+    counts = import_usage(restored, state, START_MS + 500)
+    assert counts["Produce"] == 1 and counts["skipped"] == 0
+    assert restored.produce.record_batch([("alice", "c1", 1000.0)], START_MS + 500) == [
+        first.produce.record_batch([("alice", "c1", 1000.0)], START_MS + 500)[0]
+    ]
+    assert restored.produce.record_batch([("alice", "c1", 1000.0)], START_MS + 600)[0] > 0
+    assert fresh.produce.record_batch([("alice", "c1", 1000.0)], START_MS + 500) == [0]
+
+
+def test_import_takes_the_current_quota() -> None:
+    """Quotas come from the log, not the checkpoint: a sensor restored after a quota change has the new bound."""
+    first = _build(QuotaConfig(), [(QuotaType.PRODUCE, "alice", None, 1000.0)])
+    first.produce.record_batch([("alice", "c1", 15_000.0)], START_MS)
+    second = _build(QuotaConfig(), [(QuotaType.PRODUCE, "alice", None, 99_000.0)])
+    import_usage(second, export_usage(first), START_MS)
+    assert second.produce.quota("alice", "c1").bound == 99_000.0
+    assert second.produce.record_batch([("alice", "c1", 1.0)], START_MS + 1) == [0]
+    assert first.produce.record_batch([("alice", "c1", 1.0)], START_MS + 1)[0] > 0
+
+
+def test_changed_windows_are_skipped() -> None:
+    first = _build(QuotaConfig(), [(QuotaType.PRODUCE, "alice", None, 1000.0)])
+    first.produce.record_batch([("alice", "c1", 5000.0)], START_MS)
+    second = _build(QuotaConfig(quota_window_num=5), [(QuotaType.PRODUCE, "alice", None, 1000.0)])
+    counts = import_usage(second, export_usage(first), START_MS)
+    assert counts["Produce"] == 0 and counts["skipped"] == 1
+    assert second.metrics.get_sensor("Produce-alice:") is None
+
+
+def _recorded() -> UsageSnapshot:
+    first = _build(QuotaConfig(), [(QuotaType.PRODUCE, "alice", None, 1000.0)])
+    first.produce.record_batch([("alice", "c1", 5000.0), ("alice", "c1", 7.0, START_MS + 1500)], START_MS)
+    first.fetch.record_batch([("bob", "c1", 5000.0)], START_MS)
+    return export_usage(first)
+
+
+def _set(column: str, index: int, value: int) -> object:
+    def mutate(snapshot: UsageSnapshot) -> None:
+        getattr(snapshot.managers["Produce"], column)[index] = value
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        _set("currents", 0, 2),  # outside its two samples
+        _set("currents", 0, -1),
+        _set("sizes", 0, 3),  # more samples than the columns hold
+        _set("sizes", 0, 13),  # more than samples + 1 slots
+        lambda s: s.managers["Produce"].starts.append(1),
+        lambda s: s.managers["Fetch"].names.append(s.managers["Produce"].names[0]),
+    ],
+)
+def test_a_bad_snapshot_raises_and_changes_nothing(mutate: object) -> None:
+    snapshot = _recorded()
+    mutate(snapshot)  # type: ignore[operator]
+    second = _build(QuotaConfig(), [(QuotaType.PRODUCE, "alice", None, 1000.0)])
+    before = export_usage(second)
+    with pytest.raises(ValueError):
+        import_usage(second, snapshot, START_MS)
+    with pytest.raises(ValueError):
+        UsageSnapshot.from_bytes(snapshot.to_bytes())
+    assert export_usage(second) == before
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[:-1],  # cut short
+        lambda b: b + b"\x00",  # trailing bytes
+        lambda b: b[:2],
+        lambda b: b"\x00\x00\x00\x02{}",  # a header of no version
+        lambda b: b.replace(f'"version":{USAGE_STATE_VERSION}'.encode(), b'"version":99'),
+        lambda b: b.replace(b'"samples":11', b'"samples":"x"'),
+        lambda b: b.replace(b'"total":', b'"tutal":'),
+    ],
+)
+def test_damaged_bytes_are_refused(damage: object) -> None:
+    with pytest.raises(ValueError):
+        UsageSnapshot.from_bytes(damage(_recorded().to_bytes()))  # type: ignore[operator]
+
+
+def test_bytes_of_the_other_byte_order_read_the_same() -> None:
+    snapshot = _recorded()
+    data = snapshot.to_bytes()
+    other = "big" if sys.byteorder == "little" else "little"
+    length = int.from_bytes(data[:4], "big")
+    header = data[4 : 4 + length].replace(f'"byteorder":"{sys.byteorder}"'.encode(), f'"byteorder":"{other}"'.encode())
+    swapped = []
+    at = 4 + length
+    for c in snapshot.managers.values():
+        for column in ("last_records", "currents", "sizes", "starts", "lasts", "counts", "values"):
+            values = array(getattr(c, column).typecode, getattr(c, column))
+            values.byteswap()
+            swapped.append(values.tobytes())
+            at += len(values.tobytes())
+    assert at == len(data)
+    foreign = len(header).to_bytes(4, "big") + header + b"".join(swapped)
+    assert UsageSnapshot.from_bytes(foreign) == snapshot
+
+
+def test_export_is_a_copy() -> None:
+    managers = _build(QuotaConfig(), [(QuotaType.PRODUCE, "alice", None, 1000.0)])
+    managers.produce.record_batch([("alice", "c1", 5.0)], START_MS)
+    snapshot = export_usage(managers)
+    managers.produce.record_batch([("alice", "c1", 5.0)], START_MS + 1)
+    produce = snapshot.managers["Produce"]
+    assert [name.tags for name in produce.names] == [{"user": "alice", "client-id": ""}]
+    assert list(produce.values) == [5.0] and list(produce.counts) == [1]

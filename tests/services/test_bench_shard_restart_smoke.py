@@ -1,0 +1,30 @@
+"""``bench/shard_restart.py`` on a short run: a tenant over its quota, the shard SIGKILLed once with its usage
+checkpoints and once without. The report has its sections, the restored windows were at most a few checkpoint
+intervals old, and the run without a checkpoint admitted more after the kill than the one with (the point of
+the checkpoint); no timing is asserted (the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "shard_restart.py"
+
+
+def test_shard_restart_bench_shows_what_the_checkpoint_saves(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--after-s", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert set(report) >= {"workload", "figures", "machine"}
+    with_checkpoint, without = report["figures"]["checkpoint"], report["figures"]["no_checkpoint"]
+    assert with_checkpoint["restored_sensors"] >= 1 and with_checkpoint["restored_usage_age_ms"] is not None
+    assert without["restored_sensors"] == 0 and without["restored_usage_age_ms"] is None
+    assert without["over_admission_bytes"] > with_checkpoint["over_admission_bytes"]
