@@ -25,6 +25,7 @@ shard's queue only for the copy.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -157,13 +158,25 @@ class UsageCheckpointer:
         """One checkpoint: copy under the lock, encode and write outside it (the thread's write is dropped
         if ``stop`` came meanwhile: the final one is newer)."""
         started = time.perf_counter()
-        with self._lock:
-            snapshot = self._snapshot()
-            written_ms = self._clock_ms()
-        if unless_stopped and self._stop.is_set():
-            return
-        exported = time.perf_counter()
-        data = encode_checkpoint(self._to_bytes(snapshot), written_ms)
+        # The copy and its encoding make thousands of short-lived objects; a collection meanwhile would promote
+        # them to the oldest generation, and the full collections that follow (tens of ms in a shard's heap)
+        # stall every decision: measured as a half-load p99 of 73-87 ms instead of 13-15 ms with one shard.
+        # With the collector paused they are freed by reference counting before any collection runs.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with self._lock:
+                snapshot = self._snapshot()
+                written_ms = self._clock_ms()
+            if unless_stopped and self._stop.is_set():
+                return
+            exported = time.perf_counter()
+            payload = self._to_bytes(snapshot)
+            del snapshot
+        finally:
+            if collecting:
+                gc.enable()
+        data = encode_checkpoint(payload, written_ms)
         write_checkpoint(self.path, data, fsync=self.fsync)
         self.last_export_ms = (exported - started) * 1000
         self.last_write_ms = (time.perf_counter() - started) * 1000
