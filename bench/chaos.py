@@ -91,6 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from _machine import machine
+from proxy import free_port
 
 PRODUCE = 1  # quota.proto's QuotaType
 #: Tansu presents itself as node 111 (it has no node-id option): ``broker_port_base + 111`` must be free.
@@ -532,12 +533,6 @@ class GatewayHost:
                 self.kill()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def schedule(rng: random.Random, kinds: Sequence[str], start_s: float, end_s: float, every_s: float) -> list[float]:
     """Fault times (seconds after the load started): every ``every_s`` +-25 %, from ``start_s`` to ``end_s``."""
     if not kinds:
@@ -739,7 +734,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
         if tansu_bin is not None:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-            from proxy import create_topics, free_port, start_tansu
+            from proxy import create_topics, start_tansu
 
             from quotaplane.services.frontend import KafkaListener
             from quotaplane.services.proxy import ProxyConfig

@@ -13,9 +13,13 @@ than it was given; :func:`write_all` loops until all of them are written.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
 
-__all__ = ["fsync_directory", "write_all"]
+__all__ = ["fsync_directory", "replace_file", "write_all"]
 
 
 def fsync_directory(path: str | os.PathLike[str]) -> None:
@@ -32,3 +36,43 @@ def write_all(fd: int, data: bytes) -> None:
     with memoryview(data) as view:
         while view:
             view = view[os.write(fd, view) :]
+
+
+def replace_file(
+    path: str | os.PathLike[str],
+    data: bytes | Iterable[bytes],
+    *,
+    fsync: bool = True,
+    sync_directory: bool = True,
+    temporary_name: str | None = None,
+) -> None:
+    """Replace ``path`` with ``data`` (bytes, or chunks) atomically: a temporary file in the same directory,
+    written (and fsynced), renamed over ``path``, then (``fsync`` and ``sync_directory``) the directory fsynced.
+    A reader or a crash sees the old file or the new one, never a part; on any failure the temporary file is
+    removed and the error raised. ``temporary_name`` (default: a unique hidden name) lets a single writer reuse
+    one name, so that a crash between the write and the rename leaves one leftover its next write replaces.
+    ``sync_directory=False`` leaves the directory's fsync to a caller that does one anyway.
+
+    The bytes go through a buffered file object, not ``os.write``: a test or the crash storm that intercepts
+    ``os.write`` to tear the event log's frames does not see these writes.
+    """
+    path = Path(path)
+    temporary = path.with_name(temporary_name or f".{path.name}.tmp-{secrets.token_hex(4)}")
+    chunks = [data] if isinstance(data, bytes | bytearray | memoryview) else data
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                for chunk in chunks:
+                    f.write(chunk)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    if fsync and sync_directory:
+        fsync_directory(path.parent)

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 from pathlib import Path
 
-from quotaplane.durable import fsync_directory
+from quotaplane.durable import replace_file
 
 __all__ = [
     "META_PROPERTIES",
@@ -94,18 +93,10 @@ def write_cluster_id(directory: Path, cluster_id: str, *, written_by: str) -> No
     if not is_cluster_id(cluster_id):
         raise MetaPropertiesError(f"{cluster_id!r} is not a cluster id (22 base64url characters)")
     path = directory / META_PROPERTIES
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    text = f"# written by {written_by}: the cluster this directory belongs to\nversion=1\n{_KEY}={cluster_id}\n"
     try:
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write(
-                f"# written by {written_by}: the cluster this directory belongs to\nversion=1\n{_KEY}={cluster_id}\n"
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-        fsync_directory(path.parent)
+        replace_file(path, text.encode("utf-8"))
     except OSError as e:
-        temporary.unlink(missing_ok=True)
         raise MetaPropertiesError(f"cannot write the cluster id to {path}: {e.strerror or e}") from None
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -34,6 +36,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_gone(pid: int, timeout_s: float = 30.0, *, why: str = "killed") -> None:
+    """Until process ``pid`` of this host is gone (a killed actor's process may outlive the kill call for a
+    while, and a call made meanwhile could still be answered by it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, f"process {pid} alive {timeout_s} s after it was {why}"
+        time.sleep(0.01)
+
+
+def sigkill(pid: int, timeout_s: float = 30.0) -> None:
+    """SIGKILL ``pid`` and wait until it is gone."""
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid, timeout_s, why="sent SIGKILL")
 
 
 def run_threads(target: Callable[[int], None], n: int, *, timeout_s: float = 60.0) -> None:

@@ -26,9 +26,7 @@ shard's queue only for the copy.
 from __future__ import annotations
 
 import gc
-import itertools
 import logging
-import os
 import struct
 import threading
 import time
@@ -37,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from quotaplane.durable import replace_file
 from quotaplane.quota import UsageSnapshot
 
 __all__ = [
@@ -57,7 +56,6 @@ CHECKPOINT_FORMAT = 1
 _MAGIC = b"QPUC"
 _HEADER = struct.Struct(">4sHqII")  # magic, format, written_ms, payload length, crc32
 #: temporary files never share a name, so two writers (the thread and a final write) never mix their bytes
-_temporaries = itertools.count()
 
 
 def encode_checkpoint(payload: bytes, written_ms: int) -> bytes:
@@ -83,15 +81,9 @@ def decode_checkpoint(data: bytes) -> tuple[int, bytes]:
 
 
 def write_checkpoint(path: Path, data: bytes, *, fsync: bool = False) -> None:
-    """Replace ``path`` with ``data`` atomically (temporary file in the same directory, then rename)."""
+    """Replace ``path`` with ``data`` atomically (``durable.replace_file``); its directory made if missing."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{next(_temporaries)}.tmp")
-    with open(temporary, "wb") as file:
-        file.write(data)
-        if fsync:
-            file.flush()
-            os.fsync(file.fileno())
-    os.replace(temporary, path)
+    replace_file(path, data, fsync=fsync)
 
 
 def load_checkpoint(path: Path, now_ms: int, max_age_ms: int) -> tuple[int, UsageSnapshot] | None:

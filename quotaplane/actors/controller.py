@@ -57,6 +57,7 @@ from quotaplane.config import (
     encode_events,
     forward_config_admin,
 )
+from quotaplane.durable import replace_file
 from quotaplane.meta_properties import claim_cluster_id
 from quotaplane.v1 import config_events_pb2 as pb
 
@@ -220,10 +221,7 @@ class ConfigController:
 
     def _save_subscribers(self) -> None:
         named = [{"name": s.name, "namespace": s.namespace} for s in self._subscribers.values() if s.name is not None]
-        path = self.data_dir / SUBSCRIBERS_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(named, sort_keys=True))
-        os.replace(tmp, path)
+        replace_file(self.data_dir / SUBSCRIBERS_FILE, json.dumps(named, sort_keys=True).encode(), fsync=False)
 
     def _reattach_subscribers(self) -> None:
         path = self.data_dir / SUBSCRIBERS_FILE

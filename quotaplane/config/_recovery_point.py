@@ -22,16 +22,14 @@ the same result, only slower. ``docs/eventlog-format.md`` §5.1 specifies the by
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
 
-from quotaplane.durable import fsync_directory
+from quotaplane.durable import replace_file
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -148,35 +146,18 @@ def read_checkpoint(directory: Path) -> RecoveryPoint | None:
 
 
 def write_checkpoint(directory: Path, point: RecoveryPoint, *, fsync: bool, sync_directory: bool = True) -> None:
-    """Replace the directory's checkpoint atomically: temporary file, fsync, rename, directory fsync.
+    """Replace the directory's checkpoint atomically (``durable.replace_file``: temporary file, fsync, rename,
+    directory fsync).
 
     ``sync_directory=False`` leaves the directory fsync to the caller (a roll fsyncs it once for the
     rename and the new segment). Only the log's writer (holding the lock) calls this; a crash leaves
     the old checkpoint or the new one, and at most the hidden temporary file, which the next write
     replaces. On an ``OSError`` the temporary file is removed (best effort) and the error raised.
     """
-    temp = directory / _TEMP_FILE
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            _pwrite_all(fd, encode_checkpoint(point))
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, directory / CHECKPOINT_FILE)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        raise
-    if fsync and sync_directory:
-        fsync_directory(directory)
-
-
-def _pwrite_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` from position 0 with ``os.pwrite`` (the log's frame writes use ``os.write``:
-    a test or the crash storm that intercepts those to tear a frame does not see the checkpoint's)."""
-    done = 0
-    with memoryview(data) as view:
-        while done < len(data):
-            done += os.pwrite(fd, view[done:], done)
+    replace_file(
+        directory / CHECKPOINT_FILE,
+        encode_checkpoint(point),
+        fsync=fsync,
+        sync_directory=sync_directory,
+        temporary_name=_TEMP_FILE,
+    )

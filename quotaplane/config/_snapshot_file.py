@@ -19,17 +19,15 @@ does not verify, a count that does not add up, or a name that is not ``header.en
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import re
-import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import zstandard
 
-from quotaplane.durable import fsync_directory
+from quotaplane.durable import replace_file
 from quotaplane.v1 import config_events_pb2 as pb
 
 from ._columns import decode_columns, encode_events, events_of
@@ -129,29 +127,8 @@ def write_snapshot(
     )
     directory = Path(directory)
     final = directory / snapshot_name(head.end_offset)
-    _write_atomically(final, [first, *frames], fsync=fsync)
+    replace_file(final, [first, *frames], fsync=fsync)
     return final
-
-
-def _write_atomically(final: Path, chunks: list[bytes], *, fsync: bool) -> None:
-    tmp = final.with_name(f".{final.name}.tmp-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            with os.fdopen(fd, "wb", closefd=False) as f:
-                for chunk in chunks:
-                    f.write(chunk)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    if fsync:
-        fsync_directory(final.parent)
 
 
 def read_snapshot_batches(path: str | os.PathLike[str]) -> tuple[pb.SnapshotHeader, list[pb.EventColumns]]:

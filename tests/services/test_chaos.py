@@ -33,32 +33,37 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
 BOUND_S = 30.0
 
 
-def test_a_shard_kill_and_a_controller_kill_under_load_lose_nothing(tmp_path):
+def _chaos(tmp_path: Path, *flags: str, timeout_s: float) -> tuple[dict, subprocess.CompletedProcess[str]]:
+    """``bench/chaos.py`` without the proxy, bounded by ``BOUND_S``: its JSON report and the finished process."""
     done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--no-proxy",
-            "--seconds",
-            "30",
-            "--faults",
-            "shard,controller",
-            "--fault-interval-s",
-            "10",
-            "--tail-s",
-            "12",
-            "--recovery-bound-s",
-            str(BOUND_S),
-            "--seed",
-            "18",
-        ],
+        [sys.executable, str(BENCH), "--no-proxy", "--recovery-bound-s", str(BOUND_S), *flags],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout_s,
         cwd=tmp_path,
     )
     assert done.stdout, done.stderr[-3000:]
-    report = json.loads(done.stdout)
+    return json.loads(done.stdout), done
+
+
+def _assert_every_acknowledged_change_applied_once(config: dict) -> None:
+    assert config["shards_converged"], config["applied_offsets"]
+    assert set(config["applied_offsets"].values()) == {config["end_offset"]}
+    assert config["acknowledged"] > 0 and config["acknowledged"] == config["changes_sent"]
+    assert config["acknowledged_in_controller"] == config["acknowledged"]
+    assert config["acknowledged_in_every_shard"] == config["acknowledged"]
+    assert config["acknowledged_never_applied"] == 0
+    assert config["request_ids_applied_more_than_once"] == 0, config["duplicated_request_ids"]
+    assert all(config["shard_images_equal_controller"].values())
+
+
+def test_a_shard_kill_and_a_controller_kill_under_load_lose_nothing(tmp_path):
+    report, done = _chaos(
+        tmp_path,
+        *("--seconds", "30", "--faults", "shard,controller", "--fault-interval-s", "10", "--tail-s", "12"),
+        *("--seed", "18"),
+        timeout_s=240,
+    )
     results = report["results"]
     print(json.dumps({k: results[k] for k in ("faults", "recovery_s", "usage_recovery_s", "usage", "admin")}))
 
@@ -70,15 +75,7 @@ def test_a_shard_kill_and_a_controller_kill_under_load_lose_nothing(tmp_path):
     assert controller["recovery_s"] is not None and controller["recovery_s"] <= BOUND_S, controller
     assert controller["usage_recovery_s"] is not None and controller["usage_recovery_s"] <= BOUND_S, controller
 
-    config = results["config"]
-    assert config["shards_converged"], config["applied_offsets"]
-    assert set(config["applied_offsets"].values()) == {config["end_offset"]}
-    assert config["acknowledged"] > 0 and config["acknowledged"] == config["changes_sent"]
-    assert config["acknowledged_in_controller"] == config["acknowledged"]
-    assert config["acknowledged_in_every_shard"] == config["acknowledged"]
-    assert config["acknowledged_never_applied"] == 0
-    assert config["request_ids_applied_more_than_once"] == 0, config["duplicated_request_ids"]
-    assert all(config["shard_images_equal_controller"].values())
+    _assert_every_acknowledged_change_applied_once(results["config"])
     # the controller's outage made some change wait: it was retried with its request id and acknowledged once
     assert results["admin"]["retried_changes"] >= 1
 
@@ -92,33 +89,12 @@ def test_a_shard_kill_and_a_controller_kill_under_load_lose_nothing(tmp_path):
 
 
 def test_a_ray_node_kill_and_a_gateway_host_kill_under_load_lose_nothing(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--no-proxy",
-            "--seconds",
-            "36",
-            "--faults",
-            "node,host",
-            "--fault-interval-s",
-            "13",
-            "--tail-s",
-            "10",
-            "--ray-health-check-period-ms",
-            "500",
-            "--recovery-bound-s",
-            str(BOUND_S),
-            "--seed",
-            "19",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
+    report, done = _chaos(
+        tmp_path,
+        *("--seconds", "36", "--faults", "node,host", "--fault-interval-s", "13", "--tail-s", "10"),
+        *("--ray-health-check-period-ms", "500", "--seed", "19"),
+        timeout_s=300,
     )
-    assert done.stdout, done.stderr[-3000:]
-    report = json.loads(done.stdout)
     results = report["results"]
     print(json.dumps({k: results[k] for k in ("faults", "recovery_s", "usage")}))
 
@@ -132,14 +108,7 @@ def test_a_ray_node_kill_and_a_gateway_host_kill_under_load_lose_nothing(tmp_pat
     assert host["new_pid"] != host["old_pid"]
     assert host["recovery_s"] is not None and host["recovery_s"] <= BOUND_S, host
 
-    config = results["config"]
-    assert config["shards_converged"], config["applied_offsets"]
-    assert config["acknowledged"] > 0 and config["acknowledged"] == config["changes_sent"]
-    assert config["acknowledged_in_controller"] == config["acknowledged"]
-    assert config["acknowledged_in_every_shard"] == config["acknowledged"]
-    assert config["acknowledged_never_applied"] == 0
-    assert config["request_ids_applied_more_than_once"] == 0
-    assert all(config["shard_images_equal_controller"].values())
+    _assert_every_acknowledged_change_applied_once(results["config"])
 
     usage = results["usage"]
     assert usage["batches_answered"] > 0

@@ -8,7 +8,6 @@ Kills are real (``ray.kill``: the actor's process dies and Ray restarts it); not
 
 from __future__ import annotations
 
-import os
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from quotaplane.services.launcher import Cluster
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import quota_pb2 as pb
 from quotaplane.v1 import quota_pb2_grpc
+from tests.support import wait_gone
 
 from .conftest import entity, launched, wait_propagated
 
@@ -69,14 +69,8 @@ def kill(handle, timeout_s: float = 30.0) -> int:
     would then check the old incarnation). The cluster is local, so the pid is one of this host's."""
     pid = ray.get(handle.info.remote())["pid"]
     ray.kill(handle, no_restart=False)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return pid
-        assert time.monotonic() < deadline, f"actor process {pid} alive {timeout_s} s after ray.kill"
-        time.sleep(0.02)
+    wait_gone(pid, timeout_s, why="ray.kill-ed")
+    return pid
 
 
 def set_produce_quota(admin, user: str, bound: float) -> None:

@@ -9,8 +9,6 @@ controller. Nothing is mocked: the kill is a real SIGKILL of the pid the control
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -23,6 +21,7 @@ from quotaplane.services.gateway import GatewayConfig, serve_gateway
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import quota_pb2 as pb
 from quotaplane.v1 import quota_pb2_grpc
+from tests.support import sigkill
 
 from .conftest import entity
 
@@ -49,18 +48,6 @@ def usage_batch(chunk: Sequence[tuple[str, str, float, int]]) -> pb.UsageBatch:
     return pb.UsageBatch(
         items=[pb.UsageItem(quota_type=pb.PRODUCE, user=u, client_id=c, value=v, now_ms=n) for u, c, v, n in chunk]
     )
-
-
-def sigkill(pid: int, timeout_s: float = 30.0) -> None:
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        assert time.monotonic() < deadline, f"process {pid} alive {timeout_s} s after SIGKILL"
-        time.sleep(0.01)
 
 
 def test_usage_is_answered_while_the_controller_restarts_with_the_shards_events(cluster, admin):
