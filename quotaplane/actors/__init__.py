@@ -10,6 +10,7 @@ from ._follower import ConfigFollower, ray_get
 from ._named import NamedActor
 from ._placement import RendezvousPlacement, owner_of, shard_weight
 from ._resources import check_resources
+from ._usage_checkpoint import CHECKPOINT_FILE
 from .controller import (
     DEFAULT_CONTROLLER_NAME,
     ConfigController,
@@ -20,6 +21,7 @@ from .controller import (
 from .shard import ShardActor, start_shard
 
 __all__ = [
+    "CHECKPOINT_FILE",
     "DEFAULT_CONTROLLER_NAME",
     "ConfigController",
     "ConfigFollower",

@@ -76,6 +76,7 @@ from ._follower import ConfigFollower, ray_get
 from ._metric_rows import MetricRow, metric_rows
 from ._named import resolve_actor
 from ._replication_host import ReplicationHost
+from ._reshard import HandOver, ReshardHost
 from ._resources import check_resources
 from ._telemetry_host import TelemetryHost, archive_writer_id
 from ._throttle_archive import ThrottleArchive
@@ -138,7 +139,10 @@ class ShardActor:
         self._controller = resolve_actor(controller)
         self._controller_timeout_s = controller_timeout_s
         self._started_ms = wall_clock_ms()
-        self._reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        context = ray.get_runtime_context()
+        self._reconstructed = bool(context.was_current_actor_reconstructed)
+        self._actor_name = context.get_actor_name() or None
+        self._namespace = context.namespace
         self.follower = ConfigFollower(self._call, max_events=catch_up_events)
         self.follower.start()
         self._build_managers(self._started_ms)
@@ -205,7 +209,11 @@ class ShardActor:
         # per-node state (Kafka's per-broker limits), each node bound to the log on its first item
         self.replication = ReplicationHost(lambda: self.image)
         self.connections = ConnectionHost(lambda: self.image)
-        self.follower.binding = _Bindings(self.binding, self.replication, self.connections)
+        #: the keys this shard owns at its offset; a reshard's hand-over of moved state (``_reshard``)
+        self.reshard = ReshardHost(
+            str(self.shard_id), lambda: self.image, lambda: self.quotas, self._peer, lambda: self.latest_ms
+        )
+        self.follower.binding = _Bindings(self.binding, self.replication, self.connections, self.reshard)
         self._handlers = {
             "usage": self._serve_usage,
             "unrecord": self._serve_unrecord,
@@ -220,6 +228,13 @@ class ShardActor:
         self.latest_ms = now_ms
         self._next_housekeeping_ms = now_ms + HOUSEKEEPING_INTERVAL_MS
         self.expired_sensors = 0
+
+    def _peer(self, shard_id: str) -> Any:
+        """Another shard of this cluster, by id: named as this one is (``quotaplane-shard-<id>`` by default),
+        in the same namespace."""
+        own, suffix = self._actor_name, str(self.shard_id)
+        prefix = own[: -len(suffix)] if own and own.endswith(suffix) else "quotaplane-shard-"
+        return ray.get_actor(f"{prefix}{shard_id}", namespace=self._namespace)
 
     def _restore_usage(self) -> None:
         """Put back the usage windows of the last checkpoint, if it is younger than the largest quota window
@@ -281,6 +296,8 @@ class ShardActor:
             "reconstructed": self._reconstructed,
             "throttle_archive_dropped": 0 if self.throttles is None else self._throttles_dropped(),
             "restored_usage_age_ms": self.restored_usage_age_ms,
+            "placement_offset": self.reshard.placement_offset,
+            "hand_over_failures": self.reshard.stats.hand_over_failures,
         }
 
     def _throttles_dropped(self) -> int:
@@ -360,7 +377,9 @@ class ShardActor:
         _check_batch(items)
         if config_offset > self.image.end_offset:
             self.follower.catch_up(config_offset)
-        if kind in FENCED_KINDS and config_offset != self.image.end_offset:
+        if config_offset != self.image.end_offset and (
+            kind in FENCED_KINDS or config_offset < self.reshard.placement_offset
+        ):  # resolved at another image, or placed over another shard count: the gateway routes them again
             return self.image.end_offset, None, self.follower.events_after(config_offset)
         results = handler(items)
         last = items[-1][-1]
@@ -512,6 +531,19 @@ class ShardActor:
             "abandoned_connection_attempts": self.connections.housekeeping(now_ms),
         }
 
+    def hand_over(self, end_offset: int, receiver: str, shard_count: int) -> HandOver:
+        """A reshard's receiver asks for the state of the keys it now owns (``_reshard``): this shard first
+        applies the log up to ``end_offset`` (the reshard's event included, so it stops deciding those keys),
+        then exports and forgets them. Idempotent: asked again, it hands over nothing more."""
+        for name, value in (("end_offset", end_offset), ("shard_count", shard_count)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(receiver, str) or not receiver.isdigit() or int(receiver) >= shard_count:
+            raise ValueError(f"receiver must be a shard id below {shard_count}, got {receiver!r}")
+        if end_offset > self.image.end_offset:
+            self.follower.catch_up(end_offset)
+        return self.reshard.hand_over(receiver, shard_count)
+
     def checkpoint_usage(self) -> dict[str, Any]:
         """Write a usage checkpoint now (tests, and before a planned stop); the checkpointer's stats."""
         if self._checkpointer is None:
@@ -571,6 +603,7 @@ class ShardActor:
             "replication_nodes": self.replication.nodes,
             "throttle_archive": None if self.throttles is None else self.throttles.stats(),
             "telemetry": self.telemetry.stats(),
+            "reshard": self.reshard.info(),
             "usage_checkpoint": {
                 "restored_age_ms": self.restored_usage_age_ms,
                 "restored_sensors": self.restored_sensors,

@@ -88,6 +88,14 @@ from ._records import (
     entity_data,
     record_entity,
 )
+from ._shard_count import (
+    MAX_SHARDS,
+    SHARD_COUNT_CONFIG,
+    check_shard_count,
+    plan_alter_shard_count,
+    shard_count,
+    shard_count_offset,
+)
 from ._snapshot_file import CorruptSnapshotError
 from ._store import (
     ANONYMOUS,
@@ -110,7 +118,9 @@ __all__ = [
     "DEFAULT_MAX_APPLIED_REQUESTS",
     "DEFAULT_SEGMENT_BYTES",
     "IP",
+    "MAX_SHARDS",
     "MAX_STRING_BYTES",
+    "SHARD_COUNT_CONFIG",
     "TOPIC_CONFIGS",
     "USER",
     "AlterConfigOp",
@@ -149,6 +159,7 @@ __all__ = [
     "Result",
     "StartupConfigs",
     "changes_between",
+    "check_shard_count",
     "client_metrics_configs",
     "client_metrics_event",
     "client_quota_event",
@@ -167,9 +178,12 @@ __all__ = [
     "forward_config_admin",
     "is_valid_ip_entity",
     "plan_alter_client_quotas",
+    "plan_alter_shard_count",
     "plan_incremental_alter_configs",
     "record_entity",
     "records",
+    "shard_count",
+    "shard_count_offset",
     "shown",
     "startup_configs",
     "string_problem",

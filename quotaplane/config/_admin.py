@@ -47,6 +47,7 @@ from ._client_quotas import (
 )
 from ._dynamic_configs import (
     BROKER_CONFIGS,
+    SHARD_COUNT_CONFIG,
     TOPIC_CONFIGS,
     ConfigResourceType,
     ConfigType,
@@ -407,6 +408,12 @@ def _alter_resource(image: ImageReader, resource: ConfigResource, ops: Sequence[
         validate_config_strings(op.name, op.value if isinstance(op.value, str) else None)
         if op.name in changed:
             raise InvalidRequestError(f"Duplicate config key {op.name} for resource {name!r}")
+        if op.name == SHARD_COUNT_CONFIG and rtype is ConfigResourceType.BROKER:
+            # as Kafka refuses a config it cannot update dynamically: INVALID_CONFIG naming it
+            raise InvalidConfigurationError(
+                f"{SHARD_COUNT_CONFIG} is changed by a reshard, which moves the shards' state with it: "
+                "quotaplane shards --set N (AdminService.AlterShardCount)"
+            )
         if op.op != OpType.DELETE and op.op in tuple(OpType):
             if op.value is None:  # Kafka (ConfigAdminManager): every op but DELETE needs a value
                 raise InvalidRequestError(f"Null value not supported for {op.name}")

@@ -38,6 +38,7 @@ from ._client_quotas import (
 )
 from ._dynamic_configs import (
     LISTENER_CONFIG_PREFIX,
+    SHARD_COUNT_CONFIG,
     ConfigResourceType,
     broker_config_spec,
     parse_config_value,
@@ -230,7 +231,7 @@ class ManagerBinding:
                 getattr(self.quotas, _REPLICATION_RATE_KEYS[name]).update_quota(
                     None if rate is None else float(rate)  # type: ignore[arg-type]
                 )
-        else:
+        elif name != SHARD_COUNT_CONFIG:  # the shard count is placement, acted on by the shard host
             self.restart_required.add(name)
 
     def _topic_config(self, change: ConfigChange) -> None:

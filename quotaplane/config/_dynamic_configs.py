@@ -43,6 +43,8 @@ from ._client_quotas import _quoted, validate_string
 __all__ = [
     "BROKER_CONFIGS",
     "LISTENER_CONFIG_PREFIX",
+    "MAX_SHARDS",
+    "SHARD_COUNT_CONFIG",
     "TOPIC_CONFIGS",
     "ConfigKeySpec",
     "ConfigResourceType",
@@ -116,6 +118,19 @@ def _long(name: str, default: int, minimum: int, *, dynamic: bool = True, doc: s
     return ConfigKeySpec(name, ConfigType.LONG, str(default), minimum, dynamic, doc=doc)
 
 
+#: quotaplane's own cluster-wide key: how many shards own the entities (rendezvous placement over the ids
+#: ``"0"`` .. ``str(count - 1)``). Set only by a reshard (``ConfigStore.alter_shard_count``), which moves the
+#: state with it; IncrementalAlterConfigs refuses it. Absent: the count ``quotaplane up`` was started with.
+SHARD_COUNT_CONFIG: Final = "quotaplane.shard.count"
+#: The most shards a cluster may have (each is a Ray actor with its own threads and direct channel).
+MAX_SHARDS: Final = 1024
+
+
+def _check_shard_count(value: str) -> None:
+    if int(value.strip(_JAVA_TRIM)) > MAX_SHARDS:
+        raise ValueError(f"Value must be no more than {MAX_SHARDS}")
+
+
 BROKER_CONFIGS: Final[Mapping[str, ConfigKeySpec]] = _specs(
     # connection quotas (SocketServer's ConnectionQuotas; dynamic in Kafka)
     _int("max.connections", _INT_MAX, 0, doc="connections a node accepts in total"),
@@ -155,6 +170,14 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigKeySpec]] = _specs(
         "0.01",
         dynamic=False,
         check=lambda value: _check_false_positive_rate(value),
+    ),
+    ConfigKeySpec(
+        SHARD_COUNT_CONFIG,
+        ConfigType.INT,
+        None,
+        1,
+        check=lambda value: _check_shard_count(value),
+        doc="the shards owning the entities (changed by a reshard: quotaplane shards --set N)",
     ),
 )
 

@@ -61,6 +61,7 @@ from ._image import DEFAULT_MAX_APPLIED_REQUESTS, ConfigDelta, ConfigImage
 from ._log import DEFAULT_SEGMENT_BYTES, EventLog, PendingAppend
 from ._log_errors import EventLogClosedError, EventLogFailedError, LogGapError
 from ._records import client_metrics_configs, record_entity
+from ._shard_count import plan_alter_shard_count
 from ._snapshot_file import CorruptSnapshotError, list_snapshots, read_snapshot_batches, verify_snapshot, write_snapshot
 from ._working_image import ImageReader, WorkingImage
 
@@ -148,6 +149,22 @@ class ConfigAdmin(Protocol):
         """Kafka's IncrementalAlterConfigs for BROKER, TOPIC and CLIENT_METRICS: one Result per resource."""
         ...
 
+    def alter_shard_count(
+        self,
+        shards: int,
+        *,
+        expected: int | None = None,
+        default: int | None = None,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> Result:
+        """Log a reshard: the cluster's shard count becomes ``shards`` if it is ``expected`` now (None: any;
+        the log's count, else ``default``, the count the cluster was started with). The same count again is a
+        success without an event. Only the orchestration of a reshard calls it (new shards started before,
+        state handed over after: ``quotaplane.config._shard_count``)."""
+        ...
+
     def alter_client_metrics(
         self,
         name: str,
@@ -218,6 +235,7 @@ CONFIG_ADMIN_WRITES = (
     "incremental_alter_configs",
     "alter_client_metrics",
     "delete_client_metrics",
+    "alter_shard_count",
 )
 #: The ConfigAdmin calls that only read and are forwarded as they are. (``image_at_time`` and the offsets
 #: are not forwarded by name: a remote form ships the image as snapshot bytes and the offsets as calls.)
@@ -490,6 +508,25 @@ class ConfigStore(ConfigAdmin):
             principal=principal,
             request_id=request_id,
         )
+
+    def alter_shard_count(
+        self,
+        shards: int,
+        *,
+        expected: int | None = None,
+        default: int | None = None,
+        now_ms: int,
+        principal: str = ANONYMOUS,
+        request_id: str = "",
+    ) -> Result:
+        [result] = self._run(
+            lambda image: plan_alter_shard_count(image, shards, expected=expected, default=default),
+            validate_only=False,
+            now_ms=now_ms,
+            principal=principal,
+            request_id=request_id,
+        )
+        return result
 
     def alter_client_metrics(
         self,

@@ -72,7 +72,15 @@ from ._replication import (
 )
 from ._request import NANOS_TO_PERCENTAGE_PER_SECOND, ClientRequestQuotaManager, nanos_to_percentage
 from ._types import DEFAULT, ClientQuotaEntity, ClientQuotaType, Default, QuotaType, desanitize, sanitize
-from ._usage_state import USAGE_STATE_VERSION, UsageImport, UsageSnapshot, export_usage, import_usage
+from ._usage_state import (
+    USAGE_STATE_VERSION,
+    UsageImport,
+    UsageSnapshot,
+    export_usage,
+    forget_usage,
+    import_usage,
+    usage_key,
+)
 from .throttle import bounded_throttle_time, java_round, throttle_time, token_bucket_throttle_time
 
 __all__ = [
@@ -135,6 +143,7 @@ __all__ = [
     "default_resolver",
     "desanitize",
     "export_usage",
+    "forget_usage",
     "host_address",
     "import_usage",
     "ip_literal",
@@ -147,4 +156,5 @@ __all__ = [
     "sanitize",
     "throttle_time",
     "token_bucket_throttle_time",
+    "usage_key",
 ]

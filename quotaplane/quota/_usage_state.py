@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,15 @@ from ..metrics import MetricName, Rate, SampledStat
 from ._factory import QuotaManagers
 from ._types import QuotaType
 
-__all__ = ["USAGE_STATE_VERSION", "UsageImport", "UsageSnapshot", "export_usage", "import_usage"]
+__all__ = [
+    "USAGE_STATE_VERSION",
+    "UsageImport",
+    "UsageSnapshot",
+    "export_usage",
+    "forget_usage",
+    "import_usage",
+    "usage_key",
+]
 
 #: Bumped on any change of the snapshot's layout; bytes of another version are a ValueError.
 USAGE_STATE_VERSION = 1
@@ -143,22 +151,29 @@ class UsageSnapshot:
         return cls(managers)
 
 
-def export_usage(quotas: QuotaManagers) -> UsageSnapshot:
+def usage_key(quota_type: QuotaType, tags: Mapping[str, str]) -> str:
+    """The routing key of a quota sensor, as a gateway computes it from the same metric tags:
+    ``<QuotaType name> NUL <user tag> NUL <client-id tag>`` (which shard owns the sensor)."""
+    return f"{quota_type.name}\x00{tags.get('user', '')}\x00{tags.get('client-id', '')}"
+
+
+def export_usage(quotas: QuotaManagers, owns: Callable[[str], bool] | None = None) -> UsageSnapshot:
     """A copy of the usage windows of the PRODUCE, FETCH and REQUEST managers: the part of a checkpoint that
     must not interleave with recordings (a shard takes it under its serving lock). One pass over the sensors:
-    a quota sensor is named ``<quota type>-<tags>``, the other sensors of a kind have longer prefixes."""
+    a quota sensor is named ``<quota type>-<tags>``, the other sensors of a kind have longer prefixes.
+    ``owns``: only the sensors whose routing key (:func:`usage_key`) it accepts (a reshard's hand-over)."""
     managers: dict[str, UsageColumns] = {}
     kinds = {}
     for quota_type in _KEPT:
         manager = quotas.client_manager(quota_type)
         c = managers[str(quota_type)] = UsageColumns(manager.config.num_quota_samples, manager.config.quota_window_ms)
-        kinds[str(quota_type)] = (manager.quota_metric_name, c, (c.starts, c.lasts, c.values, c.counts))
+        kinds[str(quota_type)] = (manager.quota_metric_name, c, (c.starts, c.lasts, c.values, c.counts), quota_type)
     for name, sensor in quotas.metrics.sensors.items():  # every manager records in the one registry
         group = name.partition("-")[0]
         kind = kinds.get(group)
         if kind is None:
             continue
-        metric_name, c, into = kind
+        metric_name, c, into, quota_type = kind
         for metric in sensor.metrics:
             stat = metric.stat
             if (
@@ -166,6 +181,7 @@ def export_usage(quotas: QuotaManagers) -> UsageSnapshot:
                 and isinstance(stat.stat, SampledStat)
                 and metric.metric_name.name == metric_name
                 and metric.metric_name.group == group
+                and (owns is None or owns(usage_key(quota_type, metric.metric_name.tags)))
             ):
                 current, size = stat.stat.export_samples_into(*into)
                 c.names.append(metric.metric_name)
@@ -173,6 +189,22 @@ def export_usage(quotas: QuotaManagers) -> UsageSnapshot:
                 c.currents.append(current)
                 c.sizes.append(size)
     return UsageSnapshot(managers)
+
+
+def forget_usage(quotas: QuotaManagers, snapshot: UsageSnapshot) -> int:
+    """Remove the sensors of the clients in ``snapshot`` (their quota, throttle-time and quota-value sensors)
+    from ``quotas``: a shard that handed their usage to another owner must neither report nor keep them (the
+    managers' sensor caches follow the registry's removals). The number of quota sensors removed."""
+    removed = 0
+    metrics = quotas.metrics
+    for kind, c in snapshot.managers.items():
+        for name in c.names:
+            suffix = ":".join(name.tags.values())
+            if metrics.get_sensor(f"{kind}-{suffix}") is not None:
+                removed += 1
+            for sensor in (f"{kind}-{suffix}", f"{kind}ThrottleTime-{suffix}", f"{kind}QuotaValue-{suffix}"):
+                metrics.remove_sensor(sensor)
+    return removed
 
 
 def import_usage(quotas: QuotaManagers, snapshot: UsageSnapshot, now_ms: int) -> UsageImport:

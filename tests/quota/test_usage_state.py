@@ -3,7 +3,10 @@ answers the rest of the workload exactly as the manager that never stopped."""
 
 from __future__ import annotations
 
+import itertools
+import pickle
 import sys
+import zlib
 from array import array
 
 import pytest
@@ -20,7 +23,9 @@ from quotaplane.quota import (
     UsageSnapshot,
     build_quota_managers,
     export_usage,
+    forget_usage,
     import_usage,
+    usage_key,
 )
 
 USERS = ("alice", "bob", "carol")
@@ -244,3 +249,80 @@ def test_export_is_a_copy() -> None:
     produce = snapshot.managers["Produce"]
     assert [name.tags for name in produce.names] == [{"user": "alice", "client-id": ""}]
     assert list(produce.values) == [5.0] and list(produce.counts) == [1]
+
+
+_KIND_TYPES = {
+    "produce": QuotaType.PRODUCE,
+    "fetch": QuotaType.FETCH,
+    "unrecord": QuotaType.FETCH,
+    "request": QuotaType.REQUEST,
+    "network": QuotaType.REQUEST,
+}
+
+
+def _routing_key(managers: QuotaManagers, op: tuple[str, str, str, int, int]) -> str:
+    """The key a gateway routes the op by: its quota type and the metric tags it resolves to."""
+    quota_type = _KIND_TYPES[op[0]]
+    return usage_key(quota_type, managers.client_manager(quota_type).quota_metric(op[1], op[2]).tags)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    quotas=quotas_strategy,
+    ops=st.lists(op_strategy, min_size=1, max_size=60),
+    split=st.integers(min_value=0, max_value=60),
+    seed=st.integers(min_value=0, max_value=7),
+    through_pickle=st.booleans(),
+)
+def test_a_hand_over_of_some_keys_continues_exactly(
+    quotas: list[tuple[QuotaType, object, object, float]],
+    ops: list[tuple[str, str, str, int, int]],
+    split: int,
+    seed: int,
+    through_pickle: bool,
+) -> None:
+    """A reshard: at the split the giver exports the sensors of the keys a new owner wins, forgets them, and
+    the receiver imports them; each op then goes to its key's owner. Every answer, and every sensor's windows,
+    are those of one manager that served everything."""
+    config = QuotaConfig()
+    split = min(split, len(ops))
+    times = list(itertools.accumulate((op[4] for op in ops), initial=START_MS))[1:]
+
+    def owns(key: str) -> bool:
+        return zlib.crc32(key.encode()) % 8 < seed
+
+    reference = _build(config, quotas)
+    expected = [_run(reference, op, t) for op, t in zip(ops, times, strict=True)]
+
+    giver, receiver = _build(config, quotas), _build(config, quotas)
+    got = [_run(giver, op, t) for op, t in zip(ops[:split], times[:split], strict=True)]
+    moved = export_usage(giver, owns)
+    assert all(
+        owns(usage_key(QuotaType.parse(kind), name.tags)) for kind, c in moved.managers.items() for name in c.names
+    )
+    if through_pickle:
+        moved = pickle.loads(pickle.dumps(moved, protocol=5))
+    forget_usage(giver, moved)
+    assert export_usage(giver, owns) == export_usage(receiver, owns)  # nothing owned is left behind
+    import_usage(receiver, moved, times[split - 1] if split else START_MS)
+    for op, t in zip(ops[split:], times[split:], strict=True):
+        got.append(_run(receiver if owns(_routing_key(reference, op)) else giver, op, t))
+
+    assert got == expected
+    kept = export_usage(giver, lambda key: not owns(key))
+    assert export_usage(receiver, owns) == export_usage(reference, owns)
+    assert kept == export_usage(reference, lambda key: not owns(key))
+
+
+def test_forget_removes_every_sensor_of_a_moved_client() -> None:
+    managers = _build(QuotaConfig(client_quota_value_metric_enable=True), [(QuotaType.PRODUCE, "alice", None, 10.0)])
+    managers.produce.record_batch([("alice", "c1", 5000.0), ("bob", "c1", 1.0)], START_MS)
+    managers.produce.throttle("alice", "c1", 100, START_MS)
+    moved = export_usage(managers, lambda key: key == usage_key(QuotaType.PRODUCE, {"user": "alice", "client-id": ""}))
+    assert [name.tags for name in moved.managers["Produce"].names] == [{"user": "alice", "client-id": ""}]
+    assert forget_usage(managers, moved) == 1
+    names = set(managers.metrics.sensors)
+    assert not {"Produce-alice:", "ProduceThrottleTime-alice:", "ProduceQuotaValue-alice:"} & names
+    assert "Produce-bob:" in names  # the other client stays (its tags resolve at the user level)
+    # the manager's caches follow: alice starts over with an empty window
+    assert managers.produce.record_batch([("alice", "c1", 1.0)], START_MS + 1) == [0]

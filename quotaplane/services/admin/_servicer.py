@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import grpc
 
@@ -79,6 +80,10 @@ class _BadRequest(Exception):
     """A request the servicer itself refuses (a missing or malformed field): INVALID_ARGUMENT."""
 
 
+class _NoShards(Exception):
+    """AlterShardCount / DescribeShards on an AdminService that manages no shards (over a plain ConfigStore)."""
+
+
 class _Unauthenticated(Exception):
     """A client certificate no ``ssl.principal.mapping.rules`` rule maps: UNAUTHENTICATED, as Kafka fails
     such a connection's authentication."""
@@ -112,6 +117,8 @@ ADMIN_ERRORS = ErrorStatus(
         StatusRule(_Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
         StatusRule(OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
         StatusRule(HistoryCompactedError, grpc.StatusCode.FAILED_PRECONDITION),
+        StatusRule(_NoShards, grpc.StatusCode.UNIMPLEMENTED),
+        StatusRule(TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     ],
     log=logging.getLogger("quotaplane.services.admin"),
     server="the server",
@@ -149,6 +156,16 @@ def _claims(context: grpc.ServicerContext) -> bool:
     return _claimed(context) is not None
 
 
+class ShardAdmin(Protocol):
+    """The shards of a cluster, resizable (``quotaplane up``'s ``ShardFleet``): what AlterShardCount and
+    DescribeShards ask. ``alter`` returns an outcome with ``previous``, ``count``, ``config_offset``,
+    ``elapsed_ms`` and ``hand_overs`` (shard id -> (sensors received, failures, ms))."""
+
+    def alter(self, count: int, *, principal: str, request_id: str = "") -> Any: ...
+
+    def describe(self) -> tuple[int, int, list[dict[str, Any]]]: ...
+
+
 # --- the servicer ----------------------------------------------------------------------------------------
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     """AdminService over a :class:`~quotaplane.config.ConfigAdmin`; ``clock`` gives ``now_ms`` (the server's
@@ -161,8 +178,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         *,
         clock: Callable[[], int] | None = None,
         security: ServerSecurity | None = None,
+        shards: ShardAdmin | None = None,
     ) -> None:
         self._backend = backend
+        self._shards = shards
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._security = security
 
@@ -376,6 +395,43 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             end_offset=image.end_offset, last_commit_time_ms=image.last_commit_time_ms, entries=quota_entries(found)
         )
 
+    # --- shards ------------------------------------------------------------------------------------------
+    def _fleet(self) -> ShardAdmin:
+        if self._shards is None:
+            raise _NoShards("this AdminService manages no shards (it serves a config store without a cluster)")
+        return self._shards
+
+    @ADMIN_ERRORS.unary
+    def AlterShardCount(
+        self, request: pb.AlterShardCountRequest, context: grpc.ServicerContext
+    ) -> pb.AlterShardCountResponse:
+        self._admit(request)
+        fleet = self._fleet()
+        outcome = fleet.alter(
+            request.shard_count, principal=self._recorded_principal(context), request_id=request.request_id
+        )
+        return pb.AlterShardCountResponse(
+            previous_shard_count=outcome.previous,
+            shard_count=outcome.count,
+            config_offset=outcome.config_offset,
+            elapsed_ms=outcome.elapsed_ms,
+            hand_overs=[
+                pb.ShardHandOver(shard_id=shard, sensors_received=received, failures=failures, elapsed_ms=ms)
+                for shard, (received, failures, ms) in sorted(outcome.hand_overs.items(), key=lambda kv: int(kv[0]))
+            ],
+        )
+
+    @ADMIN_ERRORS.unary
+    def DescribeShards(
+        self, request: pb.DescribeShardsRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeShardsResponse:
+        count, offset, shards = self._fleet().describe()
+        return pb.DescribeShardsResponse(
+            shard_count=count,
+            config_offset=offset,
+            shards=[pb.DescribeShardsResponse.Shard(**shard) for shard in shards],
+        )
+
 
 def add_admin_service(
     server: grpc.Server,
@@ -383,6 +439,7 @@ def add_admin_service(
     *,
     clock: Callable[[], int] | None = None,
     security: ServerSecurity | None = None,
+    shards: ShardAdmin | None = None,
 ) -> list[str]:
     """Register the AdminService on ``server`` over ``backend``; the full service names.
 
@@ -390,7 +447,7 @@ def add_admin_service(
     a string field that is not valid UTF-8 reaches the servicer as an ``Undecodable`` request, refused with
     INVALID_ARGUMENT naming the field, instead of gRPC's bare INTERNAL.
     """
-    servicer = AdminServicer(backend, clock=clock, security=security)
+    servicer = AdminServicer(backend, clock=clock, security=security, shards=shards)
     handlers = {}
     for method in pb.DESCRIPTOR.services_by_name["AdminService"].methods:
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
@@ -412,6 +469,7 @@ def serve(
     security: ServerSecurity | None = None,
     cluster_id: str | None = None,
     health_poll_s: float = DEFAULT_HEALTH_POLL_S,
+    shards: ShardAdmin | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start a gRPC server with the AdminService, health checking and reflection; return it and its port.
 
@@ -430,7 +488,7 @@ def serve(
     cluster notices when it reached another.
     """
     running = start_server(
-        [lambda server: add_admin_service(server, store, clock=clock, security=security)],
+        [lambda server: add_admin_service(server, store, clock=clock, security=security, shards=shards)],
         address,
         max_workers=max_workers,
         thread_name_prefix="admin-grpc",

@@ -125,6 +125,19 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
     offsets = log_commands.add_parser("offsets", parents=[connection], help="the log's start and end offsets")
     offsets.set_defaults(admin_handler=run_log, admin_parser=offsets)
 
+    shards = commands.add_parser(
+        "shards", parents=[connection], help="the shard count and each shard's progress; --set N reshards while serving"
+    )
+    shards.add_argument(
+        "--set",
+        dest="shard_count",
+        type=int,
+        metavar="N",
+        help="reshard to N shards: new shards start, moved keys take their usage windows along, removed ones stop",
+    )
+    shards.add_argument("--request-id", default="", help="--set: an id making a retry apply once")
+    shards.set_defaults(admin_handler=_run_shards, admin_parser=shards)
+
     cluster_id = commands.add_parser(
         "cluster-id", parents=[connection], help="the cluster id of the admin service (kafka-cluster.sh cluster-id)"
     )
@@ -139,6 +152,33 @@ def _run_cluster_id(parser: argparse.ArgumentParser, args: argparse.Namespace, a
     if admin.cluster_id is None:
         raise CliError(f"the admin service at {admin.address} does not say its cluster id")
     print(f"Cluster ID: {admin.cluster_id}")
+    return 0
+
+
+def _run_shards(parser: argparse.ArgumentParser, args: argparse.Namespace, admin: AdminClient) -> int:
+    """``quotaplane shards``: the count and per shard its offsets and node; ``--set N``: reshard, then what
+    each receiving shard got."""
+    from quotaplane.v1 import admin_pb2 as pb
+
+    if args.shard_count is not None:
+        done = admin.alter_shard_count(
+            pb.AlterShardCountRequest(shard_count=args.shard_count, request_id=args.request_id)
+        )
+        print(
+            f"Resharded {done.previous_shard_count} -> {done.shard_count} shards at config offset "
+            f"{done.config_offset} in {done.elapsed_ms} ms."
+        )
+        for h in done.hand_overs:
+            lost = f", {h.failures} giver(s) unreachable: their keys started empty" if h.failures else ""
+            print(f"Shard {h.shard_id}: received {h.sensors_received} quota sensors in {h.elapsed_ms:.1f} ms{lost}.")
+        return 0
+    found = admin.describe_shards(pb.DescribeShardsRequest())
+    print(f"Shards: {found.shard_count} (config offset {found.config_offset})")
+    for shard in found.shards:
+        print(
+            f"Shard {shard.shard_id}\tAppliedOffset: {shard.applied_offset}\t"
+            f"PlacementOffset: {shard.placement_offset}\tNode: {shard.node}"
+        )
     return 0
 
 

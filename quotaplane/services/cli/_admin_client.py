@@ -26,6 +26,8 @@ _Response = TypeVar("_Response")
 
 #: Every call's deadline: an unreachable or stuck service is an error line, never a hang.
 TIMEOUT_S = 30.0
+#: AlterShardCount answers once every shard has its moved state (new shards start first): give it longer
+RESHARD_TIMEOUT_S = 180.0
 
 
 def check_result(error_code: int, message: str) -> None:
@@ -74,13 +76,15 @@ class AdminClient:
             "(another instance on this address?)"
         )
 
-    def _call(self, method: Callable[..., tuple[_Response, Any]], request: Any) -> _Response:
+    def _call(
+        self, method: Callable[..., tuple[_Response, Any]], request: Any, timeout_s: float = TIMEOUT_S
+    ) -> _Response:
         """``method.with_call`` with the deadline and metadata, its answer's cluster id checked; an error from
         another cluster than the expected one is that mismatch, not the error."""
         import grpc
 
         try:
-            response, call = method.with_call(request, timeout=TIMEOUT_S, metadata=self._metadata)  # type: ignore[attr-defined]
+            response, call = method.with_call(request, timeout=timeout_s, metadata=self._metadata)  # type: ignore[attr-defined]
         except grpc.RpcError as e:
             if self.expected_cluster_id is not None and isinstance(e, grpc.Call):
                 code = e.code()
@@ -117,6 +121,13 @@ class AdminClient:
 
     def describe_client_quotas_at(self, request: pb.DescribeClientQuotasAtRequest) -> pb.DescribeClientQuotasAtResponse:
         return self._call(self._stub.DescribeClientQuotasAt, request)
+
+    def alter_shard_count(self, request: pb.AlterShardCountRequest) -> pb.AlterShardCountResponse:
+        # new shards start (Ray workers) and every shard hands its moved keys over before the answer
+        return self._call(self._stub.AlterShardCount, request, timeout_s=RESHARD_TIMEOUT_S)
+
+    def describe_shards(self, request: pb.DescribeShardsRequest) -> pb.DescribeShardsResponse:
+        return self._call(self._stub.DescribeShards, request)
 
     def close(self) -> None:
         self._channel.close()

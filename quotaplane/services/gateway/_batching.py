@@ -121,6 +121,8 @@ class ShardWorker(threading.Thread):
         self.cond = threading.Condition()
         self.batches = 0
         self.items = 0
+        #: set when a reshard removed this shard: the worker drains its queue and ends
+        self.retired = False
 
     def put(self, units: Sequence[Unit], *, front: bool = False) -> None:
         with self.cond:
@@ -134,7 +136,7 @@ class ShardWorker(threading.Thread):
         config = self.gateway.config
         with self.cond:
             while not self.queue:
-                if self.gateway.stopping:
+                if self.gateway.stopping or self.retired:
                     return None
                 self.cond.wait(0.1)
             first = self.queue.popleft()
@@ -171,6 +173,10 @@ class ShardWorker(threading.Thread):
             try:
                 self._send(units)
             except Exception as e:  # never lose a worker: fail what it held
+                if self.retired and not isinstance(e, InvalidArgument):
+                    # a reshard removed this shard (and its actor may be gone): the new owners serve these
+                    self.gateway.reroute(units, self.gateway.config_offset)
+                    continue
                 if not isinstance(e, Unavailable | InvalidArgument):
                     log.exception("shard %s: a micro-batch failed", self.shard_id)
                 for unit in units:

@@ -22,7 +22,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from quotaplane.actors import ConfigFollower, ray_get
-from quotaplane.config import ConfigImage, ManagerBinding, startup_configs
+from quotaplane.config import (
+    SHARD_COUNT_CONFIG,
+    ConfigDelta,
+    ConfigImage,
+    ManagerBinding,
+    shard_count,
+    shard_count_offset,
+    startup_configs,
+)
 from quotaplane.quota import CLIENT_ID_TAG, USER_TAG, ProducerIdQuotaManager, build_quota_managers, sanitize
 
 from ._checks import Unavailable, wall_clock_ms
@@ -76,7 +84,10 @@ class ConfigReplica:
         self.producer_ids = ProducerIdQuotaManager(startup.producer_ids)
         self.binding = ManagerBinding(quotas=self.quotas, producer_ids=self.producer_ids)
         self.binding.load(self.image)
-        self.follower.binding = self.binding
+        #: ``(offset from which it holds, shard count)`` of the reshards this replica applied, oldest first
+        self.shard_counts: list[tuple[int, int]] = []
+        self._note_shard_count(self.image)
+        self.follower.binding = _Bindings(self.binding, self)
 
     def _call(self, method: str, *args: Any) -> Any:
         from ray.exceptions import GetTimeoutError, RayActorError
@@ -99,6 +110,30 @@ class ConfigReplica:
         """Apply everything the controller has past our offset; True if anything changed (the controller is
         asked without holding ``lock``, so resolution goes on meanwhile)."""
         return self.follower.catch_up()
+
+    def shard_count_at(self, offset: int) -> int | None:
+        """The shard count that holds at ``offset`` (a batch's routed offset): the last reshard at or before it
+        (None: no count logged by then). Offsets older than the reshards kept get the oldest kept count: a
+        batch that old is refused by the shards (they are past it) and routed again."""
+        counts = self.shard_counts
+        for begin, count in reversed(counts):
+            if begin <= offset:
+                return count
+        return counts[0][1] if counts and offset >= counts[0][0] else None
+
+    def _note_shard_count(self, image: ConfigImage) -> None:
+        count = shard_count(image)
+        if count is not None:
+            self.shard_counts = [*self.shard_counts[-15:], (shard_count_offset(image), count)]
+
+    # bound to the log beside the managers (``_Bindings``): a reshard's event, at the offset it holds from
+    def apply(self, delta: ConfigDelta, image: ConfigImage) -> None:
+        if any(getattr(change, "name", None) == SHARD_COUNT_CONFIG for change in delta.changes):
+            self._note_shard_count(image)
+
+    def apply_changes(self, changes: Sequence[Any], image: ConfigImage) -> None:
+        if any(getattr(change, "name", None) == SHARD_COUNT_CONFIG for change in changes):
+            self._note_shard_count(image)
 
     def poll(self) -> bool:
         """One round: apply the controller's new events, if any."""
@@ -188,3 +223,19 @@ class ConfigReplica:
                     config = manager.config
                     append(limit * (config.num_quota_samples - 1) * config.quota_window_size_seconds)
             return self.image.end_offset, values
+
+
+class _Bindings:
+    """The replica's managers and its record of shard counts, both kept in step with the log."""
+
+    def __init__(self, *targets: Any) -> None:
+        self.targets = targets
+
+    def apply(self, delta: ConfigDelta, image: ConfigImage) -> None:
+        for target in self.targets:
+            target.apply(delta, image)
+
+    def apply_changes(self, changes: Any, image: ConfigImage) -> None:
+        changes = list(changes)
+        for target in self.targets:
+            target.apply_changes(changes, image)

@@ -65,6 +65,7 @@ class Gateway:
         *,
         config: GatewayConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        shard_lookup: Callable[[str], Any] | None = None,
     ) -> None:
         if not shards:
             raise ValueError("a gateway needs at least one shard")
@@ -76,6 +77,22 @@ class Gateway:
         self.placement = RendezvousPlacement([str(s) for s in shards])
         self.workers = {str(s): ShardWorker(self, str(s), h) for s, h in shards.items()}
         self._owner_cache: dict[str, str] = {}
+        #: the handles of shards a reshard adds (by id); None: only ``shards`` exist
+        self._shard_lookup = shard_lookup
+        self._handles = {str(s): h for s, h in shards.items()}
+        self._placement_lock = threading.Lock()
+        #: shards named 0 .. n-1 follow the log's shard count; a hand-picked set (a test's, a benchmark's) stays
+        self.follows_reshards = set(self.workers) == {str(i) for i in range(len(self.workers))}
+        #: placements (and their owner caches) of the shard counts seen in the log, by count
+        self._placements: dict[int, tuple[RendezvousPlacement, dict[str, str]]] = {
+            len(self.placement): (self.placement, self._owner_cache)
+        }
+        #: the shard count the workers serve (the latest in the log; the start's until one is logged)
+        self._workers_for = len(self.placement)
+        #: workers of shards a reshard removed: they drain what was queued for them (routed again)
+        self.retired: dict[str, ShardWorker] = {}
+        #: placement changes this gateway made (a reshard seen in the log)
+        self.reshards = 0
         self._in_flight = 0
         self._room = threading.Condition()
         self._completed_items = 0
@@ -91,6 +108,9 @@ class Gateway:
         self._started = time.monotonic()
         for worker in self.workers.values():
             worker.start()
+        latest = self.replica.shard_count_at(self.replica.offset)
+        if self.follows_reshards and latest is not None and latest != self._workers_for:
+            self._follow_shard_count(latest)
         self._poller = threading.Thread(target=self._poll_loop, name="gateway-config-poll", daemon=True)
         self._poller.start()
 
@@ -99,11 +119,11 @@ class Gateway:
         nothing of this gateway touches Ray after it returns: Ray may be shut down next."""
         self.stopping = True
         self._stop.set()
-        for worker in self.workers.values():
+        for worker in [*self.workers.values(), *self.retired.values()]:
             with worker.cond:
                 worker.cond.notify_all()
         deadline = time.monotonic() + timeout_s
-        for thread in [self._poller, *self.workers.values()]:
+        for thread in [self._poller, *self.workers.values(), *self.retired.values()]:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -171,22 +191,72 @@ class Gateway:
             self._room.notify_all()
 
     # --- routing ---------------------------------------------------------------------------------------
-    def _owner(self, key: str) -> str:
-        owner = self._owner_cache.get(key)
-        if owner is None:
-            if len(self._owner_cache) > 100_000:
-                self._owner_cache.clear()
-            owner = self._owner_cache[key] = self.placement.owner(key)
-        return owner
+    def _placement_at(self, offset: int) -> tuple[RendezvousPlacement, dict[str, str]]:
+        """The placement, and its owner cache, of the shard count that holds at ``offset`` (the offset a batch
+        was resolved at: gateway and shards must agree on the count there, as on the metric tags). A count
+        new to this gateway starts workers for its new shards; the workers of shards beyond the latest count
+        retire (they drain what was queued for them, which the shards refuse and the gateway routes again)."""
+        count = self.replica.shard_count_at(offset) if self.follows_reshards else None
+        if count is None or count == len(self.placement):
+            found = self._placements[len(self.placement)]
+        else:
+            found = self._placements.get(count)  # type: ignore[assignment]
+            if found is None:
+                with self._placement_lock:
+                    found = self._placements.get(count)  # type: ignore[assignment]
+                    if found is None:
+                        ids = [str(i) for i in range(count)]
+                        found = self._placements[count] = (RendezvousPlacement(ids), {})
+        if self.follows_reshards:
+            latest = self.replica.shard_count_at(self.replica.offset)
+            if latest is not None and latest != self._workers_for:
+                self._follow_shard_count(latest)
+        return found
+
+    def _follow_shard_count(self, count: int) -> None:
+        """Workers for the shards ``0 .. count - 1`` and none other (the latest reshard this gateway applied)."""
+        with self._placement_lock:
+            if count == self._workers_for:
+                return
+            ids = [str(i) for i in range(count)]
+            for shard in ids:
+                if shard not in self.workers:
+                    self.retired.pop(shard, None)
+                    worker = self.workers[shard] = ShardWorker(self, shard, self._handle(shard))
+                    worker.start()
+            for shard in [s for s in self.workers if s not in ids]:
+                worker = self.retired[shard] = self.workers.pop(shard)
+                worker.retired = True
+                with worker.cond:
+                    worker.cond.notify_all()
+            self._workers_for = count
+            self.reshards += 1
+            log.info("%d shards from config offset %d on: placement changed", count, self.replica.offset)
+
+    def _handle(self, shard: str) -> Any:
+        """The actor handle of shard ``shard``: looked up anew for a shard a reshard (re)creates."""
+        if self._shard_lookup is not None:
+            return self._shard_lookup(shard)
+        handle = self._handles.get(shard)
+        if handle is None:
+            raise Unavailable(f"shard {shard} is in the placement but this gateway cannot find it")
+        return handle
 
     def _route(self, pending: Pending, indices: Sequence[int] | None = None, *, front: bool = False) -> None:
         items = pending.items
         chosen = range(len(items)) if indices is None else indices
         offset, keys = pending.route(items, indices)
-        known = self._owner_cache.get
+        placement, cache = self._placement_at(offset)
+        known = cache.get
         owners = list(map(known, keys))
         if None in owners:
-            owners = [shard if shard is not None else self._owner(key) for shard, key in zip(owners, keys, strict=True)]
+            if len(cache) > 100_000:
+                cache.clear()
+            owner = placement.owner
+            owners = [
+                shard if shard is not None else cache.setdefault(key, owner(key))
+                for shard, key in zip(owners, keys, strict=True)
+            ]
         groups: dict[str, list[int]] = {}
         if len(set(owners)) == 1:  # one shard owns them all (always, with one shard)
             groups[owners[0]] = list(chosen)
@@ -198,9 +268,14 @@ class Gateway:
                 else:
                     group.append(index)
         sizes = pending.sizes
+        workers = self.workers
         for shard, group in groups.items():
+            worker = workers.get(shard)
+            if worker is None:  # placed at an offset before a reshard removed the shard: place them anew
+                self._route(pending, group, front=front)
+                continue
             size = sum(sizes[i] for i in group) if sizes is not None else 0
-            self.workers[shard].put([Unit(pending, group, offset, size)], front=front)
+            worker.put([Unit(pending, group, offset, size)], front=front)
 
     def reroute(self, units: Sequence[Unit], shard_offset: int, events: Sequence[tuple[int, bytes]] = ()) -> None:
         """A shard was at a newer config than these items were routed at: catch up (with ``events``, the log

@@ -55,6 +55,7 @@ def serve_gateway(
     max_workers: int = 32,
     clock: Callable[[], int] = wall_clock_ms,
     security: ServerSecurity | None = None,
+    shard_lookup: Callable[[str], Any] | None = None,
 ) -> tuple[GatewayServer, int, Gateway]:
     """Start a gateway (config replica loaded before it listens) with QuotaService, ProducerIdService,
     TelemetryService, ConnectionService, health and reflection; return the server (``stop(grace)``), its
@@ -62,9 +63,10 @@ def serve_gateway(
 
     Must run in a Ray driver connected to the cluster of ``controller`` and ``shards`` (shard id ->
     ShardActor handle; every gateway of a fleet must be given the same ids). ``max_workers`` bounds the
-    concurrent RPCs: each open stream holds one. TLS / mutual TLS when ``security`` says; no operator check.
+    concurrent RPCs: each open stream holds one. ``shard_lookup``: the handle of a shard a reshard adds, by id
+    (without it the gateway knows only ``shards``). TLS / mutual TLS when ``security`` says; no operator check.
     """
-    gateway = Gateway(controller, shards, config=config, clock=clock)
+    gateway = Gateway(controller, shards, config=config, clock=clock, shard_lookup=shard_lookup)
     try:
         running = start_server(
             [

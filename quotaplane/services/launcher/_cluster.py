@@ -58,6 +58,8 @@ class Cluster:
     ray_temp_dir_is_fallback: bool
     controller: Any = None
     shards: dict[str, Any] = field(default_factory=dict)
+    #: the shards as a resizable set (AlterShardCount); None until the controller runs
+    fleet: Any = None
     server: Any = None
     gateway_port: int | None = None
     gateway_server: Any = None

@@ -8,6 +8,7 @@ started (:meth:`Cluster.close` handles a partly started cluster) and is one :cla
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import tempfile
@@ -37,7 +38,10 @@ from ._common import (
     LaunchError,
 )
 from ._ray import placement_hint, ray_reason, start_ray
+from ._reshard import ShardFleet
 from ._servers import start_admin, start_frontend, start_gateway, start_metrics
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from quotaplane.services._security import ClientSecurity, ServerSecurity
@@ -233,6 +237,18 @@ def _start(
         ) from None
     # the controller's id is the cluster's: a joining up's data dir takes it, or names another and is refused
     cluster.cluster_id = adopt_cluster_id(cluster.data_dir, controller_info["cluster_id"])
+    cluster.fleet = ShardFleet(
+        cluster, shard_options={"detached": joined, "resources": shard_resources, "spread": spread_shards}
+    )
+    # the log's count wins over --shards once one is logged: reshards change it (quotaplane shards --set)
+    logged, _ = cluster.fleet.count_in_log()
+    if logged is not None and logged != shards:
+        log.warning(
+            "the config log says %d shards; --shards %d applies to a new cluster only (quotaplane shards --set N)",
+            logged,
+            shards,
+        )
+        shards = logged
     for i in range(shards):
         cluster.shards[str(i)] = start_shard(
             i,

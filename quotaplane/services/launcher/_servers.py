@@ -9,9 +9,9 @@ it changes nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ._common import LaunchError, first_line, host_port
+from ._common import NAMESPACE, LaunchError, first_line, host_port
 
 if TYPE_CHECKING:
     from ._cluster import Cluster
@@ -56,6 +56,7 @@ def start_admin(cluster: Cluster, timeout_s: float) -> None:
             host_port(cluster.host, cluster.admin_port),
             security=cluster.security,
             cluster_id=cluster.cluster_id,
+            shards=cluster.fleet,
         )
     except OSError as e:
         raise LaunchError(f"{first_line(e)} for the admin service") from None
@@ -66,10 +67,20 @@ def start_gateway(cluster: Cluster, timeout_s: float) -> None:
     """The usage gateway in this process, over the cluster's controller and shards; ready when it answers."""
     from quotaplane.services.gateway import QUOTA_SERVICE_NAME, serve_gateway
 
+    def shard_lookup(shard_id: str) -> Any:  # a shard a reshard added (this process's or another's)
+        import ray
+
+        handle = cluster.shards.get(shard_id)
+        return handle if handle is not None else ray.get_actor(f"quotaplane-shard-{shard_id}", namespace=NAMESPACE)
+
     assert cluster.gateway_port is not None
     try:
         cluster.gateway_server, cluster.gateway_port, cluster.gateway = serve_gateway(
-            cluster.controller, cluster.shards, host_port(cluster.host, cluster.gateway_port), security=cluster.security
+            cluster.controller,
+            cluster.shards,
+            host_port(cluster.host, cluster.gateway_port),
+            security=cluster.security,
+            shard_lookup=shard_lookup,
         )
     except OSError as e:
         raise LaunchError(f"{first_line(e)} for the usage gateway") from None

@@ -1,0 +1,201 @@
+"""A reshard, orchestrated: start the new shards, log the count, wait for the hand-overs, stop the removed ones.
+
+The state moves between the shards themselves (``quotaplane.actors._reshard``): a receiver pulls the keys it
+wins from the givers while it applies the reshard's event. What needs someone outside the shards is the
+shards' lifecycle around that event, in this order:
+
+1. **Grow:** the new shards are started and caught up with the log *before* the event, so that a gateway
+   that applies it can route to them at once, and each can pull from the givers as it applies it.
+2. The event: ``ConfigController.alter_shard_count(count, expected=current)``, durable and audited (principal,
+   time, request id); a reshard that raced another one is refused instead of moving state from a count it
+   did not see.
+3. Every shard of the new count has applied it: its hand-overs are done (they run inside that apply).
+4. **Shrink:** the removed shards refuse everything from the event on; after ``retire_grace_s`` (gateways
+   re-route what they had queued for them) they are unsubscribed from the controller, stopped, and their
+   usage checkpoint deleted (a later grow must not restore windows they handed over).
+
+One reshard at a time per process (a lock); the controller's expected-count check orders reshards across
+processes (several ``up`` processes, the CLI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quotaplane.errors import Errors, InvalidConfigurationError, InvalidRequestError
+
+from ._cluster import Cluster
+from ._common import NAMESPACE
+
+__all__ = ["ReshardOutcome", "ShardFleet"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReshardOutcome:
+    previous: int
+    count: int
+    config_offset: int
+    elapsed_ms: int
+    #: shard id -> (sensors received, failures, ms) for the shards that received keys
+    hand_overs: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+
+
+class ShardFleet:
+    """The shards of one cluster as a resizable set (the AdminService's AlterShardCount / DescribeShards)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        shard_options: dict[str, Any] | None = None,
+        ready_timeout_s: float = 60.0,
+        retire_grace_s: float = 2.0,
+    ) -> None:
+        self.cluster = cluster
+        self.shard_options = dict(shard_options or {})
+        self.ready_timeout_s = ready_timeout_s
+        self.retire_grace_s = retire_grace_s
+        self._lock = threading.Lock()
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        from quotaplane.actors import ray_get
+
+        return ray_get(getattr(self.cluster.controller, method).remote(*args, **kwargs), self.ready_timeout_s)
+
+    def logged_count(self) -> tuple[int, int]:
+        """``(shard count, config offset)`` of the controller's log (the started count if none is logged)."""
+        count, offset = self.count_in_log()
+        return (len(self.cluster.shards) if count is None else count), offset
+
+    def count_in_log(self) -> tuple[int | None, int]:
+        """``(shard count or None if none is logged, config offset)`` of the controller's log."""
+        from quotaplane.config import shard_count
+
+        image = self._call("snapshot").to_image()
+        return shard_count(image), image.end_offset
+
+    def start(self, shard_id: str) -> Any:
+        """Shard ``shard_id`` as ``up`` starts its shards (the running one if it exists), once it answers."""
+        import ray
+
+        from quotaplane.actors import DEFAULT_CONTROLLER_NAME, NamedActor, start_shard
+
+        handle = start_shard(
+            int(shard_id),
+            NamedActor(DEFAULT_CONTROLLER_NAME, NAMESPACE),
+            namespace=NAMESPACE,
+            data_dir=str(self.cluster.data_dir.absolute() / "shards" / shard_id),
+            **self.shard_options,
+        )
+        ray.get(handle.info.remote(), timeout=self.ready_timeout_s)
+        return handle
+
+    def alter(self, count: int, *, principal: str, request_id: str = "") -> ReshardOutcome:
+        """Reshard to ``count`` shards; the outcome once every shard of ``count`` applied it. ApiError when the
+        controller refuses it (a bad count, another reshard first)."""
+        from quotaplane.config import check_shard_count
+
+        check_shard_count(count)
+        started = time.monotonic()
+        with self._lock:
+            previous, _ = self.logged_count()
+            shards = self.cluster.shards
+            added = [str(i) for i in range(previous, count)]
+            for shard_id in added:
+                shards[shard_id] = self.start(shard_id)
+            result = self._call(
+                "alter_shard_count",
+                count,
+                expected=previous,
+                default=previous,
+                principal=principal,
+                request_id=request_id,
+            )
+            if not result.ok:
+                for shard_id in added:
+                    self._stop(shard_id)
+                refused = InvalidConfigurationError if result.error is Errors.INVALID_CONFIG else InvalidRequestError
+                raise refused(result.message)
+            end_offset = self._call("end_offset")
+            self._wait_applied([str(i) for i in range(count)], end_offset)
+            hand_overs = self._hand_overs(count, end_offset)
+            removed = [str(i) for i in range(count, previous)]
+            if removed:
+                time.sleep(self.retire_grace_s)
+                for shard_id in removed:
+                    self._stop(shard_id)
+        return ReshardOutcome(previous, count, end_offset, int((time.monotonic() - started) * 1000), hand_overs)
+
+    def _wait_applied(self, shard_ids: list[str], end_offset: int) -> None:
+        import ray
+
+        deadline = time.monotonic() + self.ready_timeout_s
+        waiting = list(shard_ids)
+        while waiting:
+            offsets = ray.get(
+                [self.cluster.shards[s].applied_offset.remote() for s in waiting],
+                timeout=max(0.1, deadline - time.monotonic()),
+            )
+            waiting = [s for s, offset in zip(waiting, offsets, strict=True) if offset < end_offset]
+            if waiting:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"shards {', '.join(waiting)} did not apply the reshard at {end_offset} in time")
+                time.sleep(0.02)
+
+    def _hand_overs(self, count: int, end_offset: int) -> dict[str, tuple[int, int, float]]:
+        """What each shard received in the reshard that ended at ``end_offset`` (from its own record)."""
+        import ray
+
+        infos = ray.get([self.cluster.shards[str(i)].info.remote() for i in range(count)], timeout=self.ready_timeout_s)
+        found = {}
+        for info in infos:
+            for record in info["reshard"]["history"]:
+                if record["offset"] == end_offset:
+                    received = sum(record["received"].values())
+                    found[str(info["shard_id"])] = (received, len(record["failed"]), record["ms"])
+        return found
+
+    def _stop(self, shard_id: str) -> None:
+        """Unsubscribe, stop and forget a shard no count includes, and delete its usage checkpoint."""
+        import ray
+
+        from quotaplane.actors import CHECKPOINT_FILE
+
+        handle = self.cluster.shards.pop(shard_id, None)
+        if handle is None:
+            return
+        # best effort: the controller drops a dead subscriber on its own, and stopping the shard matters more
+        with contextlib.suppress(Exception):
+            self._call("unsubscribe", handle, name=f"quotaplane-shard-{shard_id}", namespace=NAMESPACE)
+        with contextlib.suppress(Exception):  # its archives drained
+            ray.get(handle.close.remote(), timeout=10)
+        ray.kill(handle, no_restart=True)
+        checkpoint = Path(self.cluster.data_dir) / "shards" / shard_id / CHECKPOINT_FILE
+        checkpoint.unlink(missing_ok=True)
+
+    def describe(self) -> tuple[int, int, list[dict[str, Any]]]:
+        """``(logged shard count, config offset, per running shard: id, applied and placement offsets, node)``."""
+        import ray
+
+        count, offset = self.logged_count()
+        shards = sorted(self.cluster.shards.items(), key=lambda item: int(item[0]))
+        progress = ray.get([handle.progress.remote() for _, handle in shards], timeout=self.ready_timeout_s)
+        nodes = ray.get([handle.node.remote() for _, handle in shards], timeout=self.ready_timeout_s)
+        return (
+            count,
+            offset,
+            [
+                {
+                    "shard_id": shard_id,
+                    "applied_offset": p["applied_offset"],
+                    "placement_offset": p["placement_offset"],
+                    "node": node,
+                }
+                for (shard_id, _), p, node in zip(shards, progress, nodes, strict=True)
+            ],
+        )
