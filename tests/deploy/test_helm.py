@@ -313,6 +313,7 @@ def test_k8s_base_is_the_chart_rendered():
     ("values", "named"),
     [
         ({"shards": 0}, "/shards"),
+        ({"shards": 1025}, "/shards"),  # beyond MAX_SHARDS: the reshard would be refused
         ({"frontend": {"enabled": True}}, "/frontend/advertisedHost"),
         ({"frontend": {"enabled": True, "advertisedHost": ""}}, "/frontend/advertisedHost"),
         ({"persistence": {"enabled": True, "storageClass": ""}}, "/persistence/storageClass"),

@@ -191,7 +191,8 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
         up.wait_ready()
         assert up.lines[0] == f"quotaplane up: admin gRPC on 127.0.0.1:{port}, 2 shards, data in {data_dir}"
         assert f"quotaplane up: Ray session in {data_dir / 'ray'}" in up.lines
-        assert "quotaplane up: config log end offset 0; shards applied 0=0, 1=0" in up.lines
+        # a new cluster's first event is its shard count (quotaplane.shard.count), logged once the shards run
+        assert "quotaplane up: config log end offset 1; shards applied 0=1, 1=1" in up.lines
         [kafka] = [line for line in up.lines if line.startswith("quotaplane up: Kafka frontend on 127.0.0.1:")]
         assert _kafka_api_versions_answer(int(kafka.split("127.0.0.1:")[1].split(" ")[0])) == 0
         daemons = {p.name for p in up.ray_processes()}
@@ -210,12 +211,12 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
             "Quota configs for user-principal 'alice' are producer_byte_rate=1048576.0"
         ]
         [history] = ok(env, up.address, "log", "history", *_ALICE)
-        assert re.fullmatch(r"0  \S+Z  User:ANONYMOUS  \S+  producer_byte_rate: \(unset\) -> 1048576\.0", history)
+        assert re.fullmatch(r"1  \S+Z  User:ANONYMOUS  \S+  producer_byte_rate: \(unset\) -> 1048576\.0", history)
         # Kafka's validation happens in the controller actor and comes back as one line
         refused = quotaplane(env, up.address, "quotas", "--alter", "--add-config", "producer_byte_rate=-1", *_ALICE)
         assert fails_with_one_line(refused) == "Error: Quota producer_byte_rate must be greater than 0"
         # both shards applied the change (reported by `up` as the offsets move; no gateway traffic yet)
-        up.wait_line(lambda line: line == "quotaplane up: config log end offset 1; shards applied 0=1, 1=1")
+        up.wait_line(lambda line: line == "quotaplane up: config log end offset 2; shards applied 0=2, 1=2")
         # the quota set through the CLI is enforced by up's gateway (the address it announced)
         [gateway] = [line.split("gateway gRPC on ", 1)[1] for line in up.lines if "gateway gRPC on " in line]
         with grpc.insecure_channel(gateway) as channel:
@@ -232,7 +233,7 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
         [url] = [line.split("metrics on ", 1)[1] for line in up.lines if "metrics on http" in line]
         with urllib.request.urlopen(url, timeout=10) as response:
             scraped = response.read().decode()
-        assert "quotaplane_config_end_offset 1.0" in scraped.splitlines()
+        assert "quotaplane_config_end_offset 2.0" in scraped.splitlines()
 
         code, took = up.terminate()
         assert code == 0, up.stderr_path.read_text()
@@ -246,11 +247,11 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
     again = Up(data_dir, port, env)
     try:
         again.wait_ready()
-        assert "quotaplane up: config log end offset 1; shards applied 0=1, 1=1" in again.lines
+        assert "quotaplane up: config log end offset 2; shards applied 0=2, 1=2" in again.lines
         assert ok(env, again.address, "quotas", "--describe", *_ALICE) == [
             "Quota configs for user-principal 'alice' are producer_byte_rate=1048576.0"
         ]
-        assert ok(env, again.address, "log", "offsets") == ["Log start offset: 0", "Log end offset: 1"]
+        assert ok(env, again.address, "log", "offsets") == ["Log start offset: 0", "Log end offset: 2"]
         code, _ = again.terminate()
         assert code == 0, again.stderr_path.read_text()
         _assert_gone(again)

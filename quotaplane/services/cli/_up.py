@@ -39,7 +39,11 @@ def add_up_command(commands: argparse._SubParsersAction) -> None:
         "--data-dir", default=f"./{DEFAULT_DATA_DIR}", help=f"where everything is kept (default ./{DEFAULT_DATA_DIR})"
     )
     # numbers are checked by the launcher, not argparse, so a bad value is one `Error:` line as documented
-    up.add_argument("--shards", default=str(DEFAULT_SHARDS), help=f"shard actors (default {DEFAULT_SHARDS})")
+    up.add_argument(
+        "--shards",
+        help=f"shard actors: a new cluster starts with them (default {DEFAULT_SHARDS}); a running one is resharded "
+        "to them (default: the count in the config log)",
+    )
     up.add_argument(
         "--admin-port",
         default=str(DEFAULT_ADMIN_PORT),
@@ -328,7 +332,7 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         cluster = launch(
             args.data_dir,
-            shards=_int_option("--shards", args.shards),
+            shards=None if args.shards is None else _int_option("--shards", args.shards),
             admin_port=_int_option("--admin-port", args.admin_port),
             gateway_port=_int_option("--gateway-port", args.gateway_port),
             metrics_port=None if (metrics := _int_option("--metrics-port", args.metrics_port)) == -1 else metrics,

@@ -43,6 +43,11 @@ from ._servers import start_admin, start_frontend, start_gateway, start_metrics
 
 log = logging.getLogger(__name__)
 
+#: The principal the log records for what ``up`` itself changes: a new cluster's shard count, a --shards reshard.
+LAUNCH_PRINCIPAL = "User:quotaplane-up"
+
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from quotaplane.services._security import ClientSecurity, ServerSecurity
     from quotaplane.services.frontend import KafkaListener
@@ -53,7 +58,7 @@ __all__ = ["launch"]
 def launch(
     data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR,
     *,
-    shards: int = DEFAULT_SHARDS,
+    shards: int | None = None,
     admin_port: int = DEFAULT_ADMIN_PORT,
     gateway_port: int | None = DEFAULT_GATEWAY_PORT,
     metrics_port: int | None = DEFAULT_METRICS_PORT,
@@ -103,8 +108,10 @@ def launch(
     LaunchError saying which raylets need ``ray start --resources=...``). They apply to actors this call
     creates: a joined cluster's running controller and shards are used where they are.
     """
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise LaunchError(f"--shards must be a positive integer, got {shards!r}")
+    from quotaplane.config import MAX_SHARDS
+
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int) or not 0 < shards <= MAX_SHARDS):
+        raise LaunchError(f"--shards must be a positive integer (at most {MAX_SHARDS}), got {shards!r}")
     check_port("--admin-port", admin_port)
     check_port("--gateway-port", gateway_port, optional=True)
     if gateway_port and gateway_port == admin_port:
@@ -193,7 +200,7 @@ def launch(
 def _start(
     cluster: Cluster,
     *,
-    shards: int,
+    shards: int | None,
     num_cpus: int | None,
     fsync: bool,
     ready_timeout_s: float,
@@ -208,7 +215,7 @@ def _start(
 
     start_ray(
         cluster,
-        shards=shards,
+        shards=shards or DEFAULT_SHARDS,  # how much of the shard resources to ask for (the log may say more later)
         num_cpus=num_cpus,
         shard_resources=shard_resources,
         controller_resources=controller_resources,
@@ -240,15 +247,10 @@ def _start(
     cluster.fleet = ShardFleet(
         cluster, shard_options={"detached": joined, "resources": shard_resources, "spread": spread_shards}
     )
-    # the log's count wins over --shards once one is logged: reshards change it (quotaplane shards --set)
+    # the shards the log says run (a new cluster: --shards, else the default); --shards then reshards to its count
     logged, _ = cluster.fleet.count_in_log()
-    if logged is not None and logged != shards:
-        log.warning(
-            "the config log says %d shards; --shards %d applies to a new cluster only (quotaplane shards --set N)",
-            logged,
-            shards,
-        )
-        shards = logged
+    desired = shards
+    shards = logged if logged is not None else (desired or DEFAULT_SHARDS)
     for i in range(shards):
         cluster.shards[str(i)] = start_shard(
             i,
@@ -267,6 +269,10 @@ def _start(
                 f"shard {name} did not start: {ray_reason(e)}{placement_hint(e, shard_resources)}"
             ) from None
     cluster.wait_caught_up(timeout_s=remaining())
+    if logged is None:  # a new cluster: its count in the log, so that every process that joins reads the same
+        cluster.fleet.seed(shards, principal=LAUNCH_PRINCIPAL)
+    elif desired is not None and desired != logged:  # --shards (e.g. the Helm chart's value) drives the count
+        cluster.fleet.alter(desired, principal=LAUNCH_PRINCIPAL)
 
     start_admin(cluster, remaining())
     if cluster.gateway_port is not None:

@@ -79,6 +79,11 @@ class ShardFleet:
         image = self._call("snapshot").to_image()
         return shard_count(image), image.end_offset
 
+    def seed(self, count: int, *, principal: str) -> None:
+        """Log the count a new cluster starts with (nothing moves), so that every process that joins it, and
+        every later reshard, reads the count from the log. Another process that seeded first wins."""
+        self._call("alter_shard_count", count, expected=None, default=None, principal=principal)
+
     def start(self, shard_id: str) -> Any:
         """Shard ``shard_id`` as ``up`` starts its shards (the running one if it exists), once it answers."""
         import ray
@@ -104,6 +109,8 @@ class ShardFleet:
         started = time.monotonic()
         with self._lock:
             previous, _ = self.logged_count()
+            if previous == count:
+                return ReshardOutcome(previous, count, self._call("end_offset"), _elapsed_ms(started))
             shards = self.cluster.shards
             added = [str(i) for i in range(previous, count)]
             for shard_id in added:
@@ -117,8 +124,12 @@ class ShardFleet:
                 request_id=request_id,
             )
             if not result.ok:
+                now, _ = self.logged_count()
+                if now == count:  # another process made the same reshard first (two ups with one --shards value)
+                    return ReshardOutcome(previous, count, self._call("end_offset"), _elapsed_ms(started))
                 for shard_id in added:
-                    self._stop(shard_id)
+                    if int(shard_id) >= now:  # started for nothing: no count runs it
+                        self._stop(shard_id)
                 refused = InvalidConfigurationError if result.error is Errors.INVALID_CONFIG else InvalidRequestError
                 raise refused(result.message)
             end_offset = self._call("end_offset")
@@ -129,7 +140,7 @@ class ShardFleet:
                 time.sleep(self.retire_grace_s)
                 for shard_id in removed:
                     self._stop(shard_id)
-        return ReshardOutcome(previous, count, end_offset, int((time.monotonic() - started) * 1000), hand_overs)
+        return ReshardOutcome(previous, count, end_offset, _elapsed_ms(started), hand_overs)
 
     def _wait_applied(self, shard_ids: list[str], end_offset: int) -> None:
         import ray
@@ -199,3 +210,7 @@ class ShardFleet:
                 for (shard_id, _), p, node in zip(shards, progress, nodes, strict=True)
             ],
         )
+
+
+def _elapsed_ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
