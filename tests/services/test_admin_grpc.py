@@ -419,3 +419,15 @@ def test_unexpected_errors_are_internal_without_details():
         server.stop(None).wait()
     assert error.code() is grpc.StatusCode.INTERNAL
     assert error.details() == "internal error (RuntimeError); see the server's log"
+
+
+def test_shard_rpcs_on_a_service_without_shards_are_unimplemented(stub) -> None:
+    """An AdminService over a plain config store (no cluster) has no shards to reshard: UNIMPLEMENTED, one line."""
+    for call, request in (
+        (stub.AlterShardCount, pb.AlterShardCountRequest(shard_count=3)),
+        (stub.DescribeShards, pb.DescribeShardsRequest()),
+    ):
+        with pytest.raises(grpc.RpcError) as raised:
+            call(request)
+        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+        assert "manages no shards" in raised.value.details()

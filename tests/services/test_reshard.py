@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -25,7 +26,7 @@ from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
 
-from .conftest import entity, wait_propagated
+from .conftest import COMMAND, entity, wait_propagated
 
 Item = tuple[str, str, float, int]  # (user, client id, bytes, now_ms): PRODUCE usage
 BOUND = 10_000.0  # bytes/s of the <default> user quota: each user sends ~80 kB/s of simulated time
@@ -178,3 +179,38 @@ def test_the_count_cannot_be_set_as_a_plain_config(admin: admin_pb2_grpc.AdminSe
     answer = admin.IncrementalAlterConfigs(admin_pb.IncrementalAlterConfigsRequest(resources=[resource]))
     assert answer.responses[0].error_code == 40  # INVALID_CONFIG
     assert "reshard" in answer.responses[0].error_message
+
+
+def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMMAND, *args, "--bootstrap-server", cluster.admin_address],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_the_cli_reshards_and_describes(cluster: Cluster) -> None:
+    """``quotaplane shards --set N`` as an operator runs it: one line for the reshard and one per receiving shard;
+    ``quotaplane shards`` lists the count and every shard; a bad count is one error line and exit 1."""
+    before = admin_count(cluster)
+    target = 2 if before != 2 else 3
+    done = _cli(cluster, "shards", "--set", str(target))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"Resharded {before} -> {target} shards at config offset ")
+    assert all(line.startswith("Shard ") and "quota sensors" in line for line in lines[1:])
+    described = _cli(cluster, "shards")
+    assert described.returncode == 0, described.stderr
+    assert described.stdout.splitlines()[0].startswith(f"Shards: {target} (config offset ")
+    assert [line.split("\t")[0] for line in described.stdout.splitlines()[1:]] == [f"Shard {i}" for i in range(target)]
+    refused = _cli(cluster, "shards", "--set", "0")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip() == "Error: Invalid shard count 0: expected an integer from 1 to 1024"
+
+
+def admin_count(cluster: Cluster) -> int:
+    with grpc.insecure_channel(cluster.admin_address) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        return stub.DescribeShards(admin_pb.DescribeShardsRequest()).shard_count
