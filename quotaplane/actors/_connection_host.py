@@ -64,6 +64,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from quotaplane.config import (
@@ -86,7 +87,12 @@ from quotaplane.quota import (
     ConnectionDecision,
     ConnectionQuotas,
     ConnectionQuotasConfig,
+    ConnectionState,
     Resolver,
+    attempt_from_tuple,
+    attempt_tuple,
+    export_connection_state,
+    import_connection_state,
     normalise_listener,
     peer_address,
 )
@@ -99,6 +105,9 @@ __all__ = [
     "NODE_METRIC_TAG",
     "AdmitResult",
     "ConnectionHost",
+    "ConnectionNodesSnapshot",
+    "NodeConnections",
+    "connection_node_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -119,6 +128,37 @@ _CONNECTION_CREATION_RATE = "connection_creation_rate"
 
 #: ``(decision, throttle_ms, limit, max_connections, attempt_id, counted)``
 AdmitResult = tuple[str, int, str, int | None, int, bool]
+
+
+def connection_node_key(node_id: int) -> str:
+    """The routing key of a node's connection state, as the gateway computes it (one shard owns all of it)."""
+    return f"node:{node_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConnections:
+    """One node's connection state as plain data: the core's (``ConnectionState``) and the host's attempt ids."""
+
+    node_id: int
+    #: wire attempt id = ``id_base`` + the core's attempt id (callers hold wire ids: they keep working)
+    id_base: int
+    #: the attempts handed out and not yet decided here: ``(wire id, attempt as attempt_tuple, last asked ms)``
+    attempts: tuple[tuple[int, tuple[Any, ...], int], ...]
+    quotas: ConnectionState
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionNodesSnapshot:
+    """The connection state of some nodes (:meth:`ConnectionHost.export_nodes`): plain data, it pickles."""
+
+    nodes: tuple[NodeConnections, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def _same(pending: ConnectionAttempt | None, attempt: ConnectionAttempt) -> ConnectionAttempt:
+    return pending if pending == attempt and pending is not None else attempt
 
 
 def _int(value: object, what: str, low: int, high: int) -> int:
@@ -228,6 +268,65 @@ class ConnectionHost:
         """The node's ConnectionQuotas, if it has been asked about (for checks and tools)."""
         node = self._nodes.get(node_id)
         return None if node is None else node.quotas
+
+    # --- hand-over (a reshard moves whole nodes) -------------------------------------------------------
+    def export_nodes(self, owns: Callable[[str], bool]) -> ConnectionNodesSnapshot:
+        """A copy of the state of every node whose key (:func:`connection_node_key`) ``owns`` accepts."""
+        return ConnectionNodesSnapshot(
+            tuple(
+                NodeConnections(
+                    node_id,
+                    node.id_base,
+                    tuple((w, attempt_tuple(a), node.last_asked_ms[w]) for w, a in node.attempts.items()),
+                    export_connection_state(node.quotas),
+                )
+                for node_id, node in self._nodes.items()
+                if owns(connection_node_key(node_id))
+            )
+        )
+
+    def forget_nodes(self, owns: Callable[[str], bool]) -> int:
+        """Drop every node whose key ``owns`` accepts (its counts, attempts, binding and metrics); how many."""
+        doomed = [node_id for node_id in self._nodes if owns(connection_node_key(node_id))]
+        for node_id in doomed:
+            del self._nodes[node_id]
+        return len(doomed)
+
+    def import_nodes(self, snapshot: ConnectionNodesSnapshot, now_ms: int) -> int:
+        """Install the snapshot's nodes, each built from the image held now (limits, listener limits and IP
+        quotas from the log) with the exported counts, sensors and attempts; a node held already is replaced.
+        ValueError, before any change, if a node does not fit. The number of nodes imported."""
+        if not isinstance(snapshot, ConnectionNodesSnapshot):
+            raise ValueError(f"expected a ConnectionNodesSnapshot, got {type(snapshot).__name__}")
+        _int(now_ms, "now_ms", 0, _MAX_ATTEMPT_ID)
+        built: dict[int, tuple[_Node, NodeConnections, dict[int, ConnectionAttempt]]] = {}
+        for entry in snapshot.nodes:
+            if not isinstance(entry, NodeConnections) or not isinstance(entry.quotas, ConnectionState):
+                raise ValueError(f"expected NodeConnections, got {type(entry).__name__}")
+            node_id = _int(entry.node_id, "node_id", 0, _MAX_INT32)
+            if node_id in built:
+                raise ValueError(f"node {node_id} appears twice")
+            id_base = _int(entry.id_base, "id_base", 1, _MAX_ATTEMPT_ID)
+            attempts = {}
+            for wire_id, values, asked_ms in entry.attempts:
+                attempt = attempt_from_tuple(values)
+                _int(asked_ms, "an attempt's last ask", 0, _MAX_ATTEMPT_ID)
+                if wire_id != id_base + attempt.attempt_id or wire_id in attempts:
+                    raise ValueError(f"node {node_id}: wire attempt id {wire_id!r} is not id_base + its attempt id")
+                attempts[wire_id] = attempt
+            node = self._build(node_id, now_ms)
+            for listener, *_ in entry.quotas.listeners:  # the limits the image holds for it, as on the giver
+                self._add_listener(node_id, node, listener, now_ms)
+            entry.quotas.check(node.quotas)
+            built[node_id] = (node, entry, attempts)
+        for node_id, (node, entry, attempts) in built.items():
+            pending = import_connection_state(node.quotas, entry.quotas, now_ms, check=False)
+            node.id_base = entry.id_base
+            # the core's pending object where it is the same attempt (one object per attempt, as handed out)
+            node.attempts = {w: _same(pending.get(a.attempt_id), a) for w, a in attempts.items()}
+            node.last_asked_ms = {w: asked_ms for w, _, asked_ms in entry.attempts}
+            self._nodes[node_id] = node
+        return len(built)
 
     # --- the config stream: the shard fans every event out to us -------------------------------------
     def apply(self, delta: ConfigDelta, image: ConfigImage) -> None:

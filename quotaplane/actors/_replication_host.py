@@ -17,14 +17,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from quotaplane.config import ConfigDelta, ConfigImage, ManagerBinding, startup_configs
-from quotaplane.quota import QuotaManagers, QuotaType, build_quota_managers
+from quotaplane.quota import (
+    QuotaManagers,
+    QuotaType,
+    ReplicationState,
+    build_quota_managers,
+    export_replication_state,
+    import_replication_state,
+)
 
 from ._metric_rows import MetricRow, metric_rows
 
-__all__ = ["REPLICATION_TYPES", "ReplicationHost", "ReplicationItem"]
+__all__ = [
+    "REPLICATION_TYPES",
+    "ReplicationHost",
+    "ReplicationItem",
+    "ReplicationNodesSnapshot",
+    "replication_node_key",
+]
 
 #: Item types, by the names the wire's ReplicationType maps to.
 REPLICATION_TYPES = {
@@ -38,6 +52,21 @@ _MAX_INT32 = 2**31 - 1
 ReplicationItem = tuple[int, str, str, int, float, int]
 
 
+def replication_node_key(node_id: int) -> str:
+    """The routing key of a node's replication state, as the gateway computes it (one shard owns all of it)."""
+    return f"replication:{node_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationNodesSnapshot:
+    """The replication windows of some nodes (:meth:`ReplicationHost.export_nodes`): plain data, it pickles."""
+
+    nodes: tuple[tuple[int, ReplicationState], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
 class ReplicationHost:
     """Per-node replication quota managers, built on first use and bound to the config log."""
 
@@ -48,12 +77,57 @@ class ReplicationHost:
     def _node(self, node_id: int, now_ms: int) -> QuotaManagers:
         entry = self._nodes.get(node_id)
         if entry is None:
-            image = self._image_of()
-            managers = build_quota_managers(startup_configs(image, node_id).quota, now_ms=now_ms)
-            binding = ManagerBinding(quotas=managers, node_id=node_id)
-            binding.load(image)
-            entry = self._nodes[node_id] = (managers, binding)
+            entry = self._nodes[node_id] = self._build(node_id, now_ms)
         return entry[0]
+
+    def _build(self, node_id: int, now_ms: int) -> tuple[QuotaManagers, ManagerBinding]:
+        image = self._image_of()
+        managers = build_quota_managers(startup_configs(image, node_id).quota, now_ms=now_ms)
+        binding = ManagerBinding(quotas=managers, node_id=node_id)
+        binding.load(image)
+        return managers, binding
+
+    # --- hand-over (a reshard moves whole nodes) -----------------------------------------------------------
+    def export_nodes(self, owns: Callable[[str], bool]) -> ReplicationNodesSnapshot:
+        """A copy of the rate windows of every node whose key (:func:`replication_node_key`) ``owns`` accepts."""
+        return ReplicationNodesSnapshot(
+            tuple(
+                (node_id, export_replication_state(managers))
+                for node_id, (managers, _) in self._nodes.items()
+                if owns(replication_node_key(node_id))
+            )
+        )
+
+    def forget_nodes(self, owns: Callable[[str], bool]) -> int:
+        """Drop every node whose key ``owns`` accepts (its managers, binding and metrics); how many."""
+        doomed = [node_id for node_id in self._nodes if owns(replication_node_key(node_id))]
+        for node_id in doomed:
+            del self._nodes[node_id]
+        return len(doomed)
+
+    def import_nodes(self, snapshot: ReplicationNodesSnapshot, now_ms: int) -> int:
+        """Install the snapshot's nodes, each built from the image held now (its quotas and throttled replicas
+        from the log) with the exported windows; a node held already is replaced. ValueError, before any
+        change, if a node's state does not fit. The number of nodes imported."""
+        if not isinstance(snapshot, ReplicationNodesSnapshot):
+            raise ValueError(f"expected a ReplicationNodesSnapshot, got {type(snapshot).__name__}")
+        if isinstance(now_ms, bool) or not isinstance(now_ms, int) or now_ms < 0:
+            raise ValueError(f"now_ms must be an int >= 0, got {now_ms!r}")
+        built = {}
+        for entry in snapshot.nodes:
+            if not isinstance(entry, tuple) or len(entry) != 2 or not isinstance(entry[1], ReplicationState):
+                raise ValueError(f"a node's entry must be (node_id, ReplicationState), got {entry!r}")
+            node_id, state = entry
+            if isinstance(node_id, bool) or not isinstance(node_id, int) or not 0 <= node_id <= _MAX_INT32:
+                raise ValueError(f"node_id must be an int in [0, 2^31), got {node_id!r}")
+            if node_id in built:
+                raise ValueError(f"node {node_id} appears twice")
+            built[node_id] = self._build(node_id, now_ms)
+            state.check(built[node_id][0])
+        for node_id, state in snapshot.nodes:
+            import_replication_state(built[node_id][0], state, now_ms, check=False)
+        self._nodes.update(built)
+        return len(built)
 
     # --- the config stream: the shard fans every event out to us -----------------------------------------
     def apply(self, delta: ConfigDelta, image: ConfigImage) -> None:

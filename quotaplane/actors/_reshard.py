@@ -21,10 +21,12 @@ A giver that cannot be reached within ``hand_over_timeout_s`` (dead, or killed t
 state: the receiver starts them empty, as a restarted shard without a checkpoint would, and counts it
 (``hand_over_failures``): at most one quota window of over-admission for those keys.
 
-What moves today: the usage windows of the client quota sensors (produce, fetch, request), exact to the
-bit (``quotaplane.quota.export_usage`` with an owner filter). Other kinds of per-key state (controller
-mutation buckets, producer-id filters, client instances, connection and replication counts) start empty on
-their new owner, as after a restart without a checkpoint.
+What moves, every kind of per-key state, exact to the bit (each kind's export with an owner filter, forget on
+the giver, import on the receiver): the usage windows of the client quota sensors (produce, fetch, request),
+the controller-mutation token buckets (KIP-599), the producer-id state (KIP-936 filters, bucket and rate), the
+KIP-714 client instances, and per node id Kafka's connection quotas (counts, rates, pending attempts) and the
+replication rates. Not moved: shard-wide counters (the telemetry manager's totals) and the shared
+exempt-request sensor, which only report.
 """
 
 from __future__ import annotations
@@ -38,10 +40,26 @@ from typing import Any
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from quotaplane.config import SHARD_COUNT_CONFIG, ConfigDelta, ConfigImage, ConfigResourceType, shard_count_offset
-from quotaplane.quota import QuotaManagers, UsageSnapshot, export_usage, forget_usage, import_usage
+from quotaplane.quota import (
+    MutationSnapshot,
+    ProducerIdSnapshot,
+    UsageSnapshot,
+    export_mutations,
+    export_producer_ids,
+    export_usage,
+    forget_mutations,
+    forget_producer_ids,
+    forget_usage,
+    import_mutations,
+    import_producer_ids,
+    import_usage,
+)
+from quotaplane.telemetry import InstanceSnapshot
 
+from ._connection_host import ConnectionNodesSnapshot
 from ._follower import ray_get
 from ._placement import RendezvousPlacement
+from ._replication_host import ReplicationNodesSnapshot
 
 __all__ = ["HandOver", "ReshardHost", "givers_for", "shard_ids"]
 
@@ -71,6 +89,23 @@ class HandOver:
     giver: str
     usage: UsageSnapshot
     sensors: int = 0
+    #: KIP-599 controller-mutation token buckets of the moved clients
+    mutations: MutationSnapshot | None = None
+    #: KIP-936 producer-id state (filters, bucket, rate) of the moved users
+    producer_ids: ProducerIdSnapshot | None = None
+    #: KIP-714 client instances by instance id
+    instances: InstanceSnapshot | None = None
+    #: Kafka's ConnectionQuotas of the moved node ids (counts, rates, pending attempts)
+    connections: ConnectionNodesSnapshot | None = None
+    #: the replication rates of the moved node ids
+    replication: ReplicationNodesSnapshot | None = None
+
+    def keys(self) -> int:
+        """How many keys' state is handed over, every kind together."""
+        parts = (self.instances, self.connections, self.replication)
+        mutations = 0 if self.mutations is None else len(self.mutations.clients)
+        producer_ids = 0 if self.producer_ids is None else len(self.producer_ids.users)
+        return self.sensors + mutations + producer_ids + sum(len(part) for part in parts if part is not None)
 
 
 @dataclass(slots=True)
@@ -91,21 +126,21 @@ class ReshardHost:
     def __init__(
         self,
         shard_id: str,
-        image: Callable[[], ConfigImage],
-        quotas: Callable[[], QuotaManagers],
+        shard: Any,
         peer: Callable[[str], Any],
         clock_ms: Callable[[], int],
         *,
         hand_over_timeout_s: float = 30.0,
     ) -> None:
+        """``shard``: what holds the state (a ShardActor: ``image``, ``quotas``, ``producer_ids``, ``telemetry``,
+        ``connections``, ``replication``), read at each hand-over; ``peer``: another shard's handle by id."""
         self.shard_id = str(shard_id)
-        self._image = image
-        self._quotas = quotas
+        self._shard = shard
         self._peer = peer
         self._clock_ms = clock_ms
         self.hand_over_timeout_s = hand_over_timeout_s
         #: batches of the unfenced kinds routed before this offset used another shard count: refused
-        self.placement_offset = shard_count_offset(image())
+        self.placement_offset = shard_count_offset(shard.image)
         self.stats = ReshardStats()
 
     # --- bound to the log (ConfigFollower calls these under the shard's lock) ---------------------------
@@ -133,13 +168,21 @@ class ReshardHost:
         if not givers:
             return  # this shard gains no keys (it keeps or gives its own)
         started = time.monotonic()
-        record: dict[str, Any] = {"from": old, "to": new, "offset": end_offset, "received": {}, "failed": []}
+        record: dict[str, Any] = {
+            "from": old,
+            "to": new,
+            "offset": end_offset,
+            "received": {},
+            "failed": [],
+            "errors": {},
+        }
         for giver in givers:
             try:
                 handed = self._pull(giver, end_offset, new)
             except Exception as e:  # the giver is gone: its keys start empty here (counted)
                 self.stats.hand_over_failures += 1
                 record["failed"].append(giver)
+                record["errors"][giver] = (str(e).splitlines() or [type(e).__name__])[-1][:300]
                 log.warning(
                     "shard %s: no hand-over from shard %s for the reshard %d -> %d: %s",
                     self.shard_id,
@@ -149,14 +192,31 @@ class ReshardHost:
                     e,
                 )
                 continue
-            done = import_usage(self._quotas(), handed.usage, self._clock_ms())
-            received = sum(n for kind, n in done.items() if kind != "skipped")
+            received = self._import(handed, self._clock_ms())
             self.stats.hand_overs_received += 1
             self.stats.sensors_received += received
             record["received"][giver] = received
         self.stats.last_hand_over_ms = round((time.monotonic() - started) * 1000, 3)
         record["ms"] = self.stats.last_hand_over_ms
         self.stats.history = [*self.stats.history[-9:], record]
+
+    def _import(self, handed: HandOver, now_ms: int) -> int:
+        """Put every kind of handed-over state into this shard's managers; how many keys it took."""
+        shard = self._shard
+        quotas = shard.quotas
+        done = import_usage(quotas, handed.usage, now_ms)
+        received = sum(n for kind, n in done.items() if kind != "skipped")
+        if handed.mutations is not None:
+            received += import_mutations(quotas.controller_mutation, handed.mutations, now_ms)
+        if handed.producer_ids is not None:
+            received += import_producer_ids(shard.producer_ids, handed.producer_ids, now_ms)
+        if handed.instances is not None:
+            received += shard.telemetry.import_instances(handed.instances, now_ms)
+        if handed.connections is not None:
+            received += shard.connections.import_nodes(handed.connections, now_ms)
+        if handed.replication is not None:
+            received += shard.replication.import_nodes(handed.replication, now_ms)
+        return received
 
     def _pull(self, giver: str, end_offset: int, count: int) -> HandOver:
         """``hand_over`` on the giver, retried while Ray restarts it, for up to ``hand_over_timeout_s``."""
@@ -187,12 +247,24 @@ class ReshardHost:
                 owner = owners[key] = placement.owner(key)
             return owner == receiver
 
-        quotas = self._quotas()
+        shard = self._shard
+        quotas = shard.quotas
         usage = export_usage(quotas, owns)
         sensors = forget_usage(quotas, usage)
+        mutations = export_mutations(quotas.controller_mutation, owns)
+        forget_mutations(quotas.controller_mutation, owns)
+        users = export_producer_ids(shard.producer_ids, owns)
+        forget_producer_ids(shard.producer_ids, owns)
+        instances = shard.telemetry.export_instances(owns)
+        shard.telemetry.forget_instances(owns)
+        connections = shard.connections.export_nodes(owns)
+        shard.connections.forget_nodes(owns)
+        replication = shard.replication.export_nodes(owns)
+        shard.replication.forget_nodes(owns)
+        handed = HandOver(self.shard_id, usage, sensors, mutations, users, instances, connections, replication)
         self.stats.hand_overs_given += 1
-        self.stats.sensors_given += sensors
-        return HandOver(self.shard_id, usage, sensors)
+        self.stats.sensors_given += handed.keys()
+        return handed
 
     def info(self) -> dict[str, Any]:
         stats = self.stats

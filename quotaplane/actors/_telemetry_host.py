@@ -49,7 +49,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,12 @@ from quotaplane.telemetry import (
     ClientMetricsManagerConfig,
     ClientTelemetryExporter,
     GetTelemetrySubscriptionsRequest,
+    InstanceSnapshot,
     PushTelemetryRequest,
     RequestContext,
+    export_instances,
+    forget_instances,
+    import_instances,
 )
 
 __all__ = [
@@ -310,6 +314,19 @@ class TelemetryHost:
             else:
                 append(manager.on_disconnect(item[1]))
         return results
+
+    # --- hand-over (a reshard moves client instances by ``str(client_instance_id)``) -------------------------
+    def export_instances(self, owns: Callable[[str], bool]) -> InstanceSnapshot:
+        """A copy of every client instance whose routing key ``owns`` accepts (see ``export_instances``)."""
+        return export_instances(self.manager, owns)
+
+    def forget_instances(self, owns: Callable[[str], bool]) -> int:
+        """Drop every client instance whose routing key ``owns`` accepts; how many."""
+        return forget_instances(self.manager, owns)
+
+    def import_instances(self, snapshot: InstanceSnapshot, now_ms: int) -> int:
+        """Take a giver's instances (ValueError, before any change, if the snapshot does not fit); how many."""
+        return import_instances(self.manager, snapshot, now_ms)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def expire(self, now_ms: int) -> int:

@@ -210,9 +210,7 @@ class ShardActor:
         self.replication = ReplicationHost(lambda: self.image)
         self.connections = ConnectionHost(lambda: self.image)
         #: the keys this shard owns at its offset; a reshard's hand-over of moved state (``_reshard``)
-        self.reshard = ReshardHost(
-            str(self.shard_id), lambda: self.image, lambda: self.quotas, self._peer, lambda: self.latest_ms
-        )
+        self.reshard = ReshardHost(str(self.shard_id), self, self._peer, lambda: self.latest_ms)
         self.follower.binding = _Bindings(self.binding, self.replication, self.connections, self.reshard)
         self._handlers = {
             "usage": self._serve_usage,

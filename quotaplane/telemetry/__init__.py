@@ -38,6 +38,14 @@ from ._exporter import (
     RequestContext,
 )
 from ._instance import ClientInstanceCache, ClientMetricsInstance, ClientMetricsInstanceMetadata
+from ._instance_state import (
+    INSTANCE_STATE_VERSION,
+    InstanceSnapshot,
+    export_instances,
+    forget_instances,
+    import_instances,
+    instance_key,
+)
 from ._manager import ClientMetricsManager, ClientMetricsManagerConfig
 from ._otlp import BROKER_RESOURCE_ATTRIBUTES, add_resource_attributes, decode_metrics_data
 from ._requests import (
@@ -54,6 +62,7 @@ __all__ = [
     "ANONYMOUS_PRINCIPAL",
     "BROKER_RESOURCE_ATTRIBUTES",
     "CONFIG_NAMES",
+    "INSTANCE_STATE_VERSION",
     "INTERVAL_MS_CONFIG",
     "INTERVAL_MS_DEFAULT",
     "MATCH_CONFIG",
@@ -72,6 +81,7 @@ __all__ = [
     "CompressionType",
     "GetTelemetrySubscriptionsRequest",
     "GetTelemetrySubscriptionsResponse",
+    "InstanceSnapshot",
     "PushTelemetryRequest",
     "PushTelemetryResponse",
     "RequestContext",
@@ -83,6 +93,10 @@ __all__ = [
     "compute_subscription_id",
     "decode_metrics_data",
     "decompress",
+    "export_instances",
+    "forget_instances",
+    "import_instances",
+    "instance_key",
     "parse_subscription",
     "validate",
 ]

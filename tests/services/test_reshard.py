@@ -19,12 +19,24 @@ import grpc
 import pytest
 import ray
 
-from quotaplane.quota import DEFAULT, ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
+from quotaplane.errors import ThrottlingQuotaExceededError
+from quotaplane.quota import (
+    DEFAULT,
+    ClientQuotaEntity,
+    ClientQuotaManager,
+    ClientQuotaManagerConfig,
+    ProducerIdQuotaManager,
+    ProducerIdQuotaManagerConfig,
+    QuotaConfig,
+    QuotaType,
+    build_quota_managers,
+)
 from quotaplane.services.gateway import serve_gateway
 from quotaplane.services.launcher import Cluster
 from quotaplane.v1 import admin_pb2 as admin_pb
-from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
+from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc, telemetry_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
+from quotaplane.v1 import telemetry_pb2 as telemetry_pb
 
 from .conftest import COMMAND, entity, wait_propagated
 
@@ -214,3 +226,127 @@ def admin_count(cluster: Cluster) -> int:
     with grpc.insecure_channel(cluster.admin_address) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         return stub.DescribeShards(admin_pb.DescribeShardsRequest()).shard_count
+
+
+def _set_user_default(admin: admin_pb2_grpc.AdminServiceStub, key: str, value: float) -> None:
+    op = admin_pb.AlterClientQuotasRequest.OpData(key=key, value=value)
+    entry = admin_pb.AlterClientQuotasRequest.EntryData(entity=entity(DEFAULT, None), ops=[op])
+    answer = admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=[entry]))
+    assert [e.error_code for e in answer.entries] == [0]
+
+
+def test_producer_id_filters_and_mutation_buckets_move_with_their_keys(
+    cluster: Cluster, admin: admin_pb2_grpc.AdminServiceStub
+) -> None:
+    """KIP-936 filters and KIP-599 token buckets, not only usage windows: after a reshard the ids a user already
+    registered are still known (not charged again) and a drained bucket is still drained, exactly as one
+    uninterrupted broker's managers answer."""
+    _set_user_default(admin, "producer_ids_rate", 0.0001)  # a burst of ~4 ids in the 11 h window
+    _set_user_default(admin, "controller_mutation_rate", 2.0)
+    wait_propagated(cluster, cluster.gateway)
+    now = int(time.time() * 1000)
+    users = [f"pid-{i}" for i in range(40)]
+    pid_phases = [
+        [(u, 1000 * i + k, now + 10 * k) for i, u in enumerate(users) for k in range(3)],  # new ids: buckets drain
+        [(u, 1000 * i + k, now + 100 + 10 * k) for i, u in enumerate(users) for k in range(4)],  # 3 seen, 1 new
+    ]
+    mutation_phases = [
+        [(u, "admin", [20.0, 20.0, 20.0], now + 50) for u in users],  # strict: 22 tokens go below zero
+        [(u, "admin", [1.0], now + 150) for u in users],  # refused while the bucket is still negative
+    ]
+    core_pids = ProducerIdQuotaManager(ProducerIdQuotaManagerConfig())
+    core_pids.update_quota(ClientQuotaEntity(user=DEFAULT), 0.0001)
+    core_mutations = build_quota_managers(QuotaConfig(), now_ms=now).controller_mutation
+    core_mutations.update_quota(ClientQuotaEntity(user=DEFAULT), 2.0)
+
+    def core_mutation(user: str, client: str, permits: list[float], at: int) -> tuple[int, list[bool]]:
+        quota = core_mutations.new_strict_quota_for(user, client, at)
+        accepted = []
+        for p in permits:
+            try:
+                quota.record(p, at)
+                accepted.append(True)
+            except ThrottlingQuotaExceededError:
+                accepted.append(False)
+        return quota.throttle_time(at), accepted
+
+    count = admin_count(cluster)
+    with grpc.insecure_channel(cluster.gateway_address) as channel:
+        pids = quota_pb2_grpc.ProducerIdServiceStub(channel)
+        quota = quota_pb2_grpc.QuotaServiceStub(channel)
+        for phase, (pid_items, mutation_items) in enumerate(zip(pid_phases, mutation_phases, strict=True)):
+            if phase == 1:
+                moved = _reshard(admin, count + 2)
+                assert all(h.failures == 0 for h in moved.hand_overs)
+            answer = pids.RecordProducerIds(
+                pb.ProducerIdBatch(items=[pb.ProducerIdItem(user=u, producer_id=p, now_ms=t) for u, p, t in pid_items])
+            )
+            expected = [core_pids.record_and_get_throttle_time_ms(*item) for item in pid_items]
+            assert list(answer.throttle_time_ms) == expected
+            results = quota.RecordMutations(
+                pb.MutationBatch(
+                    items=[
+                        pb.MutationItem(user=u, client_id=c, mode=pb.STRICT, permits=p, now_ms=t)
+                        for u, c, p, t in mutation_items
+                    ]
+                )
+            ).results
+            got = [(r.throttle_time_ms, list(r.accepted)) for r in results]
+            assert got == [core_mutation(*item) for item in mutation_items]
+            if phase == 1:  # the comparison means something: seen ids pass, new ones are throttled, drained
+                assert 0 in expected and any(t > 0 for t in expected)  # buckets refuse
+                assert any(False in accepted for _, accepted in got)
+
+
+def test_client_instances_move_with_their_ids(cluster: Cluster, admin: admin_pb2_grpc.AdminServiceStub) -> None:
+    """KIP-714 instances move too: a client that pushed just before a reshard and pushes again too soon after it
+    is told THROTTLING_QUOTA_EXCEEDED by its new owner (which knows its last push), as by one broker."""
+    configs = [
+        admin_pb.IncrementalAlterConfigsRequest.AlterableConfig(name="metrics", value="org.apache.kafka.producer."),
+        admin_pb.IncrementalAlterConfigsRequest.AlterableConfig(name="interval.ms", value="60000"),
+    ]
+    resource = admin_pb.IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=16, resource_name="reshard-producers", configs=configs
+    )
+    answer = admin.IncrementalAlterConfigs(admin_pb.IncrementalAlterConfigsRequest(resources=[resource]))
+    assert answer.responses[0].error_code == 0, answer
+    wait_propagated(cluster, cluster.gateway)
+    now = int(time.time() * 1000)
+
+    def context(i: int) -> telemetry_pb.RequestContext:
+        return telemetry_pb.RequestContext(
+            connection_id=f"reshard-conn-{i}",
+            client_id=f"producer-{i}",
+            client_software_name="librdkafka",
+            client_software_version="2.16.0",
+            client_source_address="10.0.0.7",
+            client_source_port=40000 + i,
+        )
+
+    with grpc.insecure_channel(cluster.gateway_address) as channel:
+        stub = telemetry_pb2_grpc.TelemetryServiceStub(channel)
+
+        def push(clients: list[tuple[bytes, int]], at: int) -> list[int]:
+            requests = [
+                telemetry_pb.PushTelemetryRequest(
+                    client_instance_id=raw, subscription_id=sid, context=context(i), now_ms=at
+                )
+                for i, (raw, sid) in enumerate(clients)
+            ]
+            return [
+                r.error_code for r in stub.PushTelemetry(telemetry_pb.PushTelemetryBatch(requests=requests)).results
+            ]
+
+        gets = [
+            telemetry_pb.GetTelemetrySubscriptionsRequest(client_instance_id=b"", context=context(i), now_ms=now)
+            for i in range(40)
+        ]
+        results = stub.GetTelemetrySubscriptions(telemetry_pb.GetTelemetrySubscriptionsBatch(requests=gets)).results
+        clients = [(r.client_instance_id, r.subscription_id) for r in results]
+        assert all(r.error_code == 0 for r in results)
+        assert push(clients, now + 60_000) == [0] * 40  # on time: accepted
+        moved = _reshard(admin, admin_count(cluster) + 1)
+        assert all(h.failures == 0 for h in moved.hand_overs)
+        assert sum(h.sensors_received for h in moved.hand_overs) > 0  # some instances moved
+        # too soon after the last push, on every shard, moved or not: the new owner knows that push
+        assert push(clients, now + 60_010) == [89] * 40  # THROTTLING_QUOTA_EXCEEDED
