@@ -7,6 +7,10 @@ What it measures
     item, one batch every ``--batch-ms`` stamped with the wall clock. After ``--warm-s`` (more than one quota
     window: the windows are full) the shard's process is SIGKILLed; Ray restarts it; the load goes on.
 
+    ``over_admission_bound_bytes`` is what the gateway itself counted as lost by the restart (the usage it had
+    sent after the restored checkpoint, all the window held without one; the metric
+    ``quotaplane_over_admission_bound_bytes_total``): the bound the service exports, next to the measurement.
+
     *Admitted* bytes are those of items answered with throttle 0 (the tenant's requests a proxy in front of
     Kafka would let through at once). For each scenario, the bytes admitted in the ``--after-s`` seconds
     from the kill are compared with what one uninterrupted in-process Kafka core (``ClientQuotaManager``, the
@@ -139,6 +143,7 @@ def scenario(cluster: Any, admin: Any, stub: Any, pbs: Any, name: str, args: arg
     time.sleep(args.warm_s)
     if name == "no_checkpoint":
         (Path(cluster.data_dir) / "shards" / "0" / CHECKPOINT_FILE).unlink(missing_ok=True)
+    bound_before = dict(cluster.gateway.stats()["over_admission_bound_bytes"])
     pid = ray.get(shard.info.remote())["pid"]
     killed_ms = _now_ms()
     os.kill(pid, signal.SIGKILL)
@@ -164,6 +169,8 @@ def scenario(cluster: Any, admin: Any, stub: Any, pbs: Any, name: str, args: arg
                 core_bytes += args.item_bytes * (theirs == 0)
     errors = sum(len(times) for times, throttles in load.answers.values() if throttles is None)
     checkpoint = info["usage_checkpoint"]
+    bound_after = cluster.gateway.stats()["over_admission_bound_bytes"]
+    bound = sum(bound_after[cause] - bound_before.get(cause, 0.0) for cause in bound_after)
     return {
         "tenant": user,
         "restart_ms": serving_ms - killed_ms,
@@ -175,6 +182,8 @@ def scenario(cluster: Any, admin: Any, stub: Any, pbs: Any, name: str, args: arg
         "core_admitted_bytes_after_kill": core_bytes,
         "over_admission_bytes": cluster_bytes - core_bytes,
         "over_admission_quota_seconds": round((cluster_bytes - core_bytes) / args.quota, 3),
+        # what the gateway counted as lost by the restart (quotaplane_over_admission_bound_bytes): the bound
+        "over_admission_bound_bytes": bound,
     }
 
 

@@ -28,3 +28,5 @@ def test_shard_restart_bench_shows_what_the_checkpoint_saves(tmp_path):
     assert with_checkpoint["restored_sensors"] >= 1 and with_checkpoint["restored_usage_age_ms"] is not None
     assert without["restored_sensors"] == 0 and without["restored_usage_age_ms"] is None
     assert without["over_admission_bytes"] > with_checkpoint["over_admission_bytes"]
+    # the bound the gateway exports covers what was measured (a restart without a checkpoint loses the window)
+    assert without["over_admission_bound_bytes"] >= without["over_admission_bytes"] > 0

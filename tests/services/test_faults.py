@@ -125,6 +125,10 @@ def test_a_killed_shard_restarts_replays_and_serves_through_the_same_gateway(clu
     name = owner_of(cluster, "victim")
     shard = cluster.shards[name]
     ray.get(shard.checkpoint_usage.remote())  # the usage windows as the shard writes them every second
+    # usage after that checkpoint, of another user on the same shard: the restart loses it, and the gateway that
+    # sent it counts it as the bound of the restart's over-admission
+    bystander = next(u for u in (f"bystander-{i}" for i in range(1000)) if owner_of(cluster, u) == name)
+    produce(quota, bystander, [4321.0], int(time.time() * 1000) + 5)
     pid = kill(shard)
 
     # the same gateway, the same channel: UNAVAILABLE while Ray restarts the shard, then served again
@@ -140,6 +144,8 @@ def test_a_killed_shard_restarts_replays_and_serves_through_the_same_gateway(clu
     # how old the restored windows were: the interval of usage the restart lost
     assert f'quotaplane_shard_restored_usage_age_seconds{{shard="{name}"}} ' in page
     assert "quotaplane_shard_restored_usage_age_seconds{" not in page.replace(f'{{shard="{name}"}}', "")
+    assert 'quotaplane_over_admission_bound_bytes_total{cause="checkpoint"} 4321.0' in page
+    assert 'quotaplane_over_admission_bound_bytes_total{cause="no_checkpoint"} 0.0' in page
     # and a change after the restart reaches it
     set_produce_quota(admin, "victim", 10.0)
     wait_propagated(cluster, cluster.gateway)

@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._checks import InvalidArgument, Unavailable
+from quotaplane.actors import ray_get
+
+from ._checks import InvalidArgument, Unavailable, wall_clock_ms
+from ._lost_usage import LostUsage, Restart
 from ._shard_channel import ShardChannel
 
 if TYPE_CHECKING:
@@ -31,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["Pending", "Router", "ShardWorker", "Unit"]
 
 log = logging.getLogger(__name__)
+#: a usage item's value: ``(quota type, user, client id, value, now_ms)``
+_VALUE = operator.itemgetter(3)
 
 #: ``(items, indices or None for all) -> (config offset, shard keys of those items)``
 Router = Callable[[list[Any], Sequence[int] | None], tuple[int, list[str]]]
@@ -123,6 +129,10 @@ class ShardWorker(threading.Thread):
         self.items = 0
         #: set when a reshard removed this shard: the worker drains its queue and ends
         self.retired = False
+        #: usage bytes this worker's shard recorded lately, to count what a restart of it loses (``_lost_usage``)
+        self.usage_sent = LostUsage()
+        self._connects_seen = 0
+        self._incarnation: tuple[int, int] | None = None
 
     def put(self, units: Sequence[Unit], *, front: bool = False) -> None:
         with self.cond:
@@ -190,7 +200,11 @@ class ShardWorker(threading.Thread):
         for unit in units:
             source = unit.pending.items
             items.extend(source[i] for i in unit.indices)
+        sent_ms = wall_clock_ms()
         answer = self.channel.call(kind, offset, items)
+        if self.channel.connects != self._connects_seen:  # a new connection: perhaps a new incarnation
+            self._connects_seen = self.channel.connects
+            self._check_incarnation()
         shard_offset, throttles = answer[0], answer[1]
         self.batches += 1
         if throttles is None:
@@ -200,9 +214,29 @@ class ShardWorker(threading.Thread):
             gateway.reroute(units, shard_offset, answer[2] if len(answer) > 2 else ())
             return
         self.items += len(items)
+        if kind == "usage":  # recorded between the send and the answer: one C pass for the bytes
+            self.usage_sent.sent(sent_ms, wall_clock_ms(), sum(map(_VALUE, items)))
         start = 0
         for unit in units:
             end = start + len(unit.indices)
             if unit.pending.fill(unit.indices, throttles[start:end], shard_offset):
                 gateway.finish(unit.pending)
             start = end
+
+    def _check_incarnation(self) -> None:
+        """After a (re)connect: if the shard is a new incarnation (Ray restarted it), count the usage bytes
+        this worker sent that it lost, those after the checkpoint it restored (``_lost_usage``)."""
+        try:
+            progress = ray_get(self.handle.progress.remote(), self.gateway.config.shard_timeout_s)
+        except Exception as e:  # the count is best effort; serving is not
+            log.debug("shard %s: no progress after a reconnect: %s", self.shard_id, e)
+            return
+        incarnation = tuple(progress.get("incarnation", ()))
+        previous, self._incarnation = self._incarnation, incarnation  # type: ignore[assignment]
+        if previous is None or previous == incarnation:
+            return
+        started_ms = int(incarnation[1])
+        age_ms = progress.get("restored_usage_age_ms")
+        checkpoint_ms = None if age_ms is None else started_ms - int(age_ms)
+        lost = self.usage_sent.lost(started_ms, checkpoint_ms)
+        self.gateway.note_restart(Restart(self.shard_id, started_ms, checkpoint_ms, lost))

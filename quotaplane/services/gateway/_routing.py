@@ -44,6 +44,7 @@ from quotaplane.actors import RendezvousPlacement
 
 from ._batching import Pending, Router, ShardWorker, Unit
 from ._checks import Exhausted, GatewayConfig, Unavailable, wall_clock_ms
+from ._lost_usage import Restart
 from ._replica import ConfigReplica
 
 __all__ = ["Gateway"]
@@ -93,6 +94,12 @@ class Gateway:
         self.retired: dict[str, ShardWorker] = {}
         #: placement changes this gateway made (a reshard seen in the log)
         self.reshards = 0
+        #: usage bytes sent to shards that then restarted without them (``_lost_usage``): by whether the new
+        #: incarnation restored a checkpoint; the bound of what the restarts over-admitted
+        self.over_admission_bound_bytes = {"checkpoint": 0.0, "no_checkpoint": 0.0}
+        #: the last restarts seen, newest last
+        self.restarts: list[Restart] = []
+        self._restarts_lock = threading.Lock()
         self._in_flight = 0
         self._room = threading.Condition()
         self._completed_items = 0
@@ -369,8 +376,22 @@ class Gateway:
     def _resolve_tags(self, items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
         return self.replica.resolve(items if indices is None else [items[i] for i in indices])
 
+    def note_restart(self, restart: Restart) -> None:
+        """A shard worker found its shard restarted (a new incarnation): count the usage it lost."""
+        cause = "no_checkpoint" if restart.checkpoint_ms is None else "checkpoint"
+        with self._restarts_lock:
+            self.over_admission_bound_bytes[cause] += restart.lost_bytes
+            self.restarts = [*self.restarts[-19:], restart]
+        log.warning(
+            "shard %s restarted (%s): %.0f usage bytes sent to it since were lost, the bound of its over-admission",
+            restart.shard_id,
+            "restored a checkpoint" if restart.checkpoint_ms is not None else "no checkpoint",
+            restart.lost_bytes,
+        )
+
     def stats(self) -> dict[str, Any]:
         return {
+            "over_admission_bound_bytes": dict(self.over_admission_bound_bytes),
             "config_offset": self.replica.offset,
             "in_flight_items": self._in_flight,
             "reroutes": self.reroutes,

@@ -127,7 +127,11 @@ def start_metrics(cluster: Cluster) -> None:
 
     try:
         cluster.metrics, cluster.metrics_port = start_metrics_endpoint(
-            cluster.controller, cluster.shards, host=cluster.host, port=cluster.metrics_port
+            cluster.controller,
+            cluster.shards,
+            host=cluster.host,
+            port=cluster.metrics_port,
+            gateways=[cluster.gateway] if cluster.gateway is not None else [],
         )
     except OSError as e:
         raise LaunchError(f"{first_line(e)} for the metrics endpoint") from None

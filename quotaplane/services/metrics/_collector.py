@@ -40,7 +40,9 @@ class QuotaplaneCollector(Collector):
         *,
         max_series_per_metric: int = DEFAULT_MAX_SERIES_PER_METRIC,
         timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
+        gateways: Sequence[Any] = (),
     ) -> None:
+        """``gateways``: the gateways in this process (their ``stats()``), for what they count themselves."""
         if isinstance(max_series_per_metric, bool) or not isinstance(max_series_per_metric, int):
             raise ValueError(f"max_series_per_metric must be an int, got {max_series_per_metric!r}")
         if max_series_per_metric < 1:
@@ -48,6 +50,7 @@ class QuotaplaneCollector(Collector):
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self._gatherer = ShardGatherer(controller, shards)
+        self.gateways = list(gateways)
         self.max_series_per_metric = max_series_per_metric
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
@@ -163,6 +166,18 @@ class QuotaplaneCollector(Collector):
             "quotaplane_scrape_controller_errors",
             "Controller calls of the metrics endpoint that failed or timed out",
             value=self.controller_errors,
+        )
+        bound: dict[str, float] = {"checkpoint": 0.0, "no_checkpoint": 0.0}
+        for gateway in self.gateways:
+            for cause, value in gateway.stats().get("over_admission_bound_bytes", {}).items():
+                bound[cause] = bound.get(cause, 0.0) + value
+        yield counter(
+            "quotaplane_over_admission_bound_bytes",
+            "Usage bytes this process's gateway sent to shards that then restarted without them (after the "
+            "checkpoint the new incarnation restored, or all the window held without one): the bound of what the "
+            "restarts over-admitted",
+            "cause",
+            bound,
         )
         yield counter("quotaplane_series_dropped", "Series left out by max_series_per_metric", "metric", self.dropped)
         yield counter(

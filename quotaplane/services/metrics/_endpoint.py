@@ -57,16 +57,19 @@ def start_metrics_endpoint(
     port: int = DEFAULT_METRICS_PORT,
     max_series_per_metric: int = DEFAULT_MAX_SERIES_PER_METRIC,
     timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
+    gateways: Sequence[Any] = (),
 ) -> tuple[MetricsEndpoint, int]:
     """Serve the cluster's metrics at ``http://host:port/metrics`` (``port=0``: a free port, returned).
 
-    Returns ``(endpoint, port)``; ``endpoint.close()`` (or :func:`stop_metrics_endpoint`) stops it.
+    ``gateways``: the usage gateways of this process, whose own counts the endpoint reports
+    (``quotaplane_over_admission_bound_bytes``). Returns ``(endpoint, port)``; ``endpoint.close()`` (or
+    :func:`stop_metrics_endpoint`) stops it.
     An ``OSError`` (port in use, unknown host) is raised before anything is left running.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be in 0..65535, got {port!r}")
     collector = QuotaplaneCollector(
-        controller, shards, max_series_per_metric=max_series_per_metric, timeout_s=timeout_s
+        controller, shards, max_series_per_metric=max_series_per_metric, timeout_s=timeout_s, gateways=gateways
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
