@@ -13,6 +13,7 @@ import random
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 
 import grpc
@@ -167,6 +168,12 @@ def test_reshard_2_4_3_under_load_decides_as_the_core(cluster: Cluster, admin: a
     assert not (cluster.data_dir / "shards" / "3" / "usage-checkpoint.bin").exists()
     described = admin.DescribeShards(admin_pb.DescribeShardsRequest())
     assert described.shard_count == 3 and [s.shard_id for s in described.shards] == ["0", "1", "2"]
+    # the metrics endpoint scrapes the shards of the current placement
+    assert cluster.metrics_url is not None
+    with urllib.request.urlopen(cluster.metrics_url, timeout=30) as response:
+        page = response.read().decode()
+    assert {f'quotaplane_shard_up{{shard="{i}"}} 1.0' for i in range(3)} <= set(page.splitlines())
+    assert 'shard="3"' not in page
 
 
 def test_a_bad_count_is_invalid_argument_and_changes_nothing(admin: admin_pb2_grpc.AdminServiceStub) -> None:

@@ -9,6 +9,7 @@ it changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._common import NAMESPACE, LaunchError, first_line, host_port
@@ -121,14 +122,40 @@ def start_frontend(cluster: Cluster) -> None:
     cluster.frontend_port = frontend.port
 
 
+class _ShardsInPlacement(Mapping[str, Any]):
+    """The shards the gateway of this process places over now (it follows reshards made by any process), else the
+    ones this process started: what the metrics endpoint scrapes, read again at each scrape."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+
+    def _current(self) -> dict[str, Any]:
+        gateway = self._cluster.gateway
+        if gateway is None or not gateway.follows_reshards:
+            return dict(self._cluster.shards)
+        return {shard: worker.handle for shard, worker in list(gateway.workers.items())}
+
+    def items(self) -> Any:  # one consistent view per scrape
+        return self._current().items()
+
+    def __getitem__(self, shard: str) -> Any:
+        return self._current()[shard]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._current())
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+
 def start_metrics(cluster: Cluster) -> None:
-    """The Prometheus endpoint over the cluster's controller and shards."""
+    """The Prometheus endpoint over the cluster's controller and shards (those in the current placement)."""
     from quotaplane.services.metrics import start_metrics_endpoint
 
     try:
         cluster.metrics, cluster.metrics_port = start_metrics_endpoint(
             cluster.controller,
-            cluster.shards,
+            _ShardsInPlacement(cluster),
             host=cluster.host,
             port=cluster.metrics_port,
             gateways=[cluster.gateway] if cluster.gateway is not None else [],
