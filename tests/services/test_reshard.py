@@ -114,6 +114,11 @@ def _reshard(admin: admin_pb2_grpc.AdminServiceStub, count: int) -> admin_pb.Alt
 
 
 def test_reshard_2_4_3_under_load_decides_as_the_core(cluster: Cluster, admin: admin_pb2_grpc.AdminServiceStub) -> None:
+    reshard_2_4_3_under_load(cluster, admin)
+
+
+def reshard_2_4_3_under_load(cluster: Cluster, admin: admin_pb2_grpc.AdminServiceStub) -> None:
+    """The test's body, shared with the run on several raylets (``test_reshard_nodes.py``)."""
     _set_default_quota(admin)
     second_server, port, second = serve_gateway(
         cluster.controller,

@@ -1,0 +1,86 @@
+"""Resharding on a Ray cluster of several raylets on this host (``ray.cluster_utils.Cluster``, shaped like the
+Kubernetes deployment: a head offering ``quotaplane_controller``, two workers offering ``quotaplane_shard``, shards
+spread over them): 2 -> 4 -> 3 under two gateways' load, every decision the in-process core's, the new shards
+placed on the shard raylets, and the moved state pulled across raylets."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import ray
+
+from quotaplane.services.launcher import Cluster, launch
+from quotaplane.v1 import admin_pb2_grpc
+
+from .test_reshard import reshard_2_4_3_under_load
+
+SHARD_RESOURCE = "quotaplane_shard"
+CONTROLLER_RESOURCE = "quotaplane_controller"
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from ray.cluster_utils import Cluster as RayNodes
+
+    root = Path(tmp_path_factory.mktemp("raylets"))
+    (root / "ray").mkdir()
+    saved = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(root)  # Ray writes ray_current_cluster under it
+    raylets = RayNodes(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "resources": {CONTROLLER_RESOURCE: 1},
+            "temp_dir": str(root / "ray"),
+            "include_dashboard": False,
+        },
+    )
+    for _ in range(2):
+        raylets.add_node(num_cpus=0, resources={SHARD_RESOURCE: 100})
+    raylets.wait_for_nodes()
+    try:
+        yield raylets
+    finally:
+        raylets.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved
+
+
+@pytest.fixture(scope="module")
+def cluster(nodes: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    data_dir = Path(tmp_path_factory.mktemp("reshard-nodes")) / "d"
+    with launch(
+        data_dir,
+        shards=2,
+        admin_port=0,
+        gateway_port=0,
+        metrics_port=0,
+        fsync=False,
+        ray_address=nodes.address,  # type: ignore[attr-defined]
+        shard_resources={SHARD_RESOURCE: 1},
+        controller_resources={CONTROLLER_RESOURCE: 1},
+        spread_shards=True,
+    ) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: Cluster) -> Iterator[admin_pb2_grpc.AdminServiceStub]:
+    with grpc.insecure_channel(cluster.admin_address) as channel:
+        yield admin_pb2_grpc.AdminServiceStub(channel)
+
+
+def test_reshard_2_4_3_across_raylets_decides_as_the_core(
+    cluster: Cluster, admin: admin_pb2_grpc.AdminServiceStub
+) -> None:
+    head = ray.get_runtime_context().get_node_id()
+    reshard_2_4_3_under_load(cluster, admin)
+    shard_nodes = {ray.get(handle.node.remote()) for handle in cluster.shards.values()}
+    assert head not in shard_nodes  # every shard, the new ones too, on the raylets offering quotaplane_shard
+    assert len(shard_nodes) == 2  # spread over both
