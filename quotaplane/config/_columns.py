@@ -11,6 +11,14 @@ pairs sorted by type (``[["client-id",null],["user","alice"]]``). Equal entities
 image keys its dicts by them (a string caches its hash, a tuple of tuples does not), and an id is
 decoded once per process (:func:`entity_of`).
 
+Every column upb hands out is turned into new Python objects at each read (a string is decoded again, an
+int or float allocated), which is most of what a replay costs. So :func:`decode_columns` reads the kinds
+and the entity ids once, for its checks, and keeps those two lists for the batch it parsed last:
+:func:`kinds_and_entities` gives them to the replay instead of a second conversion (and the ids come
+with their hashes computed, which the image's dict lookups reuse). A decoded batch is read-only, as the
+log and the followers hand it out: one grown or shrunk afterwards gets fresh lists, one whose values were
+overwritten in place would not.
+
 >>> from quotaplane.v1 import config_events_pb2 as pb
 >>> event = pb.Event(commit_time_ms=5, principal="User:ops", request_id="r1")
 >>> event.client_quota.entity.add(entity_type="user", entity_name="alice")
@@ -43,6 +51,7 @@ __all__ = [
     "entity_id",
     "entity_of",
     "events_of",
+    "kinds_and_entities",
     "record_entity_id",
     "slice_columns",
 ]
@@ -50,6 +59,16 @@ __all__ = [
 KIND_CLIENT_QUOTA: Final = pb.RECORD_KIND_CLIENT_QUOTA
 KIND_CLIENT_METRICS: Final = pb.RECORD_KIND_CLIENT_METRICS
 KIND_CONFIG: Final = pb.RECORD_KIND_CONFIG
+
+#: Entity ids already checked canonical: a batch whose ids are all here costs one set lookup per event
+#: (the id's hash, which the str then caches) instead of a set build and a cached ``entity_of`` call per
+#: distinct id. Bounded as ``entity_of``'s cache: cleared when full (the ids are then checked again).
+_CANONICAL_IDS_LIMIT: Final = 1 << 16
+_canonical_ids: set[str] = set()
+
+#: ``(columns, kinds, entity ids)`` of the batch ``decode_columns`` parsed last (see ``kinds_and_entities``);
+#: replaced whole, so a reader on another thread sees one batch's lists or another's, never a mix.
+_last_decoded: tuple[pb.EventColumns | None, list[int], list[str]] = (None, [], [])
 
 
 def entity_id(entity: EntityKey) -> str:
@@ -125,8 +144,12 @@ def encode_events(events: Sequence[pb.Event], offsets: Iterable[int] | None = No
 
 
 def decode_columns(payload: bytes) -> pb.EventColumns:
-    """Parse a batch payload; a payload that is not ``EventColumns`` or whose columns disagree in length
-    is a ValueError."""
+    """Parse a batch payload; a payload that is not ``EventColumns``, whose columns disagree in length or
+    that holds a malformed entity id is a ValueError.
+
+    The batch is for reading: its kind and entity-id lists are kept for the replay (``kinds_and_entities``),
+    which notices a batch grown or shrunk afterwards but not a value overwritten in place.
+    """
     try:
         columns = pb.EventColumns.FromString(payload)
     except Exception as e:  # protobuf's DecodeError
@@ -157,9 +180,33 @@ def decode_columns(payload: bytes) -> pb.EventColumns:
     for kind, n in others.items():
         if kinds.count(kind) != n:
             raise ValueError(f"batch columns disagree: {n} records of kind {kind}")
-    for eid in set(columns.quota_entity):  # few distinct entities per batch; entity_of is cached
-        entity_of(eid)  # a malformed id is the batch's ValueError here, not a surprise to a later reader
+    # a malformed id is the batch's ValueError here, not a surprise to a later reader
+    entities = columns.quota_entity[:]  # a slice is one C loop, a little faster than list()
+    if not _canonical_ids.issuperset(entities):
+        _check_entity_ids(entities)
+    global _last_decoded
+    _last_decoded = (columns, kinds, entities)
     return columns
+
+
+def _check_entity_ids(entities: list[str]) -> None:
+    """``entity_of`` on each id not yet known canonical (ValueError for a malformed one), then remember them."""
+    unknown = set(entities).difference(_canonical_ids)
+    for eid in unknown:
+        entity_of(eid)
+    if len(_canonical_ids) + len(unknown) > _CANONICAL_IDS_LIMIT:
+        _canonical_ids.clear()
+    _canonical_ids.update(unknown)
+
+
+def kinds_and_entities(columns: pb.EventColumns) -> tuple[list[int], list[str]]:
+    """The batch's ``kind`` and ``quota_entity`` columns as lists (shared: not to be modified): those
+    ``decode_columns`` built when it parsed this very batch last (its checks read them), else a fresh
+    conversion."""
+    held, kinds, entities = _last_decoded
+    if held is columns and len(kinds) == len(columns.kind) and len(entities) == len(columns.quota_entity):
+        return kinds, entities
+    return list(columns.kind), columns.quota_entity[:]
 
 
 def events_of(columns: pb.EventColumns) -> list[pb.Event]:

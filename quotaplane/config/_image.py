@@ -22,15 +22,25 @@ outside.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
+from sys import intern
 from typing import Final
 
 from ..v1 import config_events_pb2 as pb
 from ._client_quotas import EntityKey, entity_key
-from ._columns import KIND_CLIENT_METRICS, KIND_CLIENT_QUOTA, KIND_CONFIG, entity_id, entity_of, record_entity_id
+from ._columns import (
+    KIND_CLIENT_METRICS,
+    KIND_CLIENT_QUOTA,
+    KIND_CONFIG,
+    entity_id,
+    entity_of,
+    kinds_and_entities,
+    record_entity_id,
+)
 from ._dynamic_configs import ConfigResourceType
 from ._records import client_metrics_configs, client_metrics_event, client_quota_event, config_event, record_entity
 
@@ -171,7 +181,8 @@ class ConfigImage:
         self._other_provenance: dict[ConfigKey, tuple[int, int, str, str]] = {}
         # request id -> its span, oldest first (trimmed in bulk, see _trim_requests): the offset of a
         # one-event request, else (first_offset, last_offset) (``_span``). Immutable values: a batch of new
-        # one-event requests is then one C-level dict.update of ids and offsets (_remember_requests).
+        # one-event requests is then one C-level pass of dict.setdefault over ids and offsets
+        # (_remember_requests).
         self._applied_requests: dict[str, RequestSpan] = {}
 
     # --- reading ---------------------------------------------------------------------------------
@@ -365,11 +376,15 @@ class ConfigImage:
 
     def _trim_requests(self, *, force: bool = False) -> None:
         """Forget the oldest request ids beyond the limit; done in bulk once the dict holds twice as many
-        (a replay then pays one dict insert per request), or now with ``force``."""
+        (a replay then pays one dict insert per request), or now with ``force``.
+
+        The oldest are popped in place by one C-level pass: measured cheaper than building a dict of the
+        survivors (which grows, and rehashes, as it fills); the next growth of the dict compacts it.
+        """
         requests = self._applied_requests
-        limit = self._max_applied_requests
-        if len(requests) > (limit if force else 2 * limit + 1024):
-            self._applied_requests = dict(islice(requests.items(), len(requests) - limit, None)) if limit else {}
+        excess = len(requests) - self._max_applied_requests
+        if excess > (0 if force else self._max_applied_requests + 1024):
+            deque(map(requests.pop, list(islice(requests, excess))), maxlen=0)
 
     # --- applying a batch (the replay path) ------------------------------------------------------------
     def replay_columns(self, base_offset: int, columns: pb.EventColumns) -> int:
@@ -378,33 +393,37 @@ class ConfigImage:
         Events below ``end_offset`` are skipped (a batch may straddle it); a batch starting above it is an
         OffsetGapError. Returns the new end offset.
         """
-        kinds = list(columns.kind)
+        kinds, entities = kinds_and_entities(columns)
         end = self.end_offset
         if base_offset > end:
             raise OffsetGapError(f"expected the event at offset {end}, got offset {base_offset}")
         skip = end - base_offset
         if skip >= len(kinds):
             return end
-        self._replay(range(base_offset, base_offset + len(kinds)), kinds, columns, skip)
+        # a list, not a range: the cells and the request window then share each offset's int
+        self._replay(list(range(base_offset, base_offset + len(kinds))), kinds, entities, columns, skip)
         self.end_offset = base_offset + len(kinds)
         return self.end_offset
 
-    def _replay(self, offsets: list[int] | range, kinds: list[int], columns: pb.EventColumns, skip: int) -> None:
+    def _replay(
+        self, offsets: list[int] | range, kinds: list[int], entities: list[str], columns: pb.EventColumns, skip: int
+    ) -> None:
         """Apply events ``skip..`` of a batch: one pass over the columns for the records, one for request ids.
 
-        A column read once is zipped as the protobuf container itself (no list in between); the request
-        ids are read twice (the records' provenance, the request window), so they become a list.
+        Each column is converted to a list once, by a slice (one C loop in upb, measured ~20 ns an event
+        cheaper for four columns than zipping the protobuf containers, which Python iterates an index at
+        a time); the kinds and entity ids come from ``decode_columns`` (``kinds_and_entities``).
         """
-        times: Sequence[int] = columns.commit_time_ms
-        principals: Sequence[str] = columns.principal
-        request_ids: Sequence[str] = list(columns.request_id)
-        quota_columns: tuple[Sequence, Sequence, Sequence, Sequence] = (
-            columns.quota_entity,
-            columns.quota_key,
-            columns.quota_value,
-            list(columns.quota_remove),
+        times: list[int] = columns.commit_time_ms[:]
+        principals: list[str] = columns.principal[:]
+        request_ids: list[str] = columns.request_id[:]
+        quota_columns: tuple[list, list, list, list] = (
+            entities,
+            columns.quota_key[:],
+            columns.quota_value[:],
+            columns.quota_remove[:],
         )
-        if skip:  # slices of the containers are lists
+        if skip:
             q = kinds[:skip].count(KIND_CLIENT_QUOTA)
             quota_columns = tuple(column[q:] for column in quota_columns)  # type: ignore[assignment]
             metrics_start = kinds[:skip].count(KIND_CLIENT_METRICS)
@@ -448,7 +467,9 @@ class ConfigImage:
                 return
             except KeyError:  # only ``quotas[eid]`` raises it: a new entity (eid, key, cell: that row)
                 entity_of(eid)  # a non-canonical id is corruption: fail here, not on first use
-                quotas[eid] = {key: cell}
+                # interned: the entities then share one object per quota key, which the later rows'
+                # lookups compare against while it is in cache (measured a few percent of the loop)
+                quotas[eid] = {intern(key): cell}
 
     def _replay_quota(self, eid: str, key: str, remove: bool, cell: QuotaCell) -> None:
         """One client-quota row (``cell`` = value and provenance), as ``apply`` would."""
@@ -458,7 +479,7 @@ class ConfigImage:
                 self._set_quota(eid, key, None, cell[1:])
         elif held is None:
             entity_of(eid)
-            self._quotas[eid] = {key: cell}
+            self._quotas[eid] = {intern(key): cell}
         else:
             held[key] = cell
 
@@ -495,36 +516,23 @@ class ConfigImage:
     def _remember_requests(self, offsets: Sequence[int], request_ids: Sequence[str]) -> None:
         """Record each request's (first, last) offsets, as ``_remember_request`` per event would, then trim.
 
-        The common batch brings only request ids the window does not hold (each admin request has its
-        own, its events contiguous): one ``dict.update`` in C, then a fix-up when an id repeats in the
-        batch (the update kept its last offset as the first too) or is empty (no request). A batch
-        that continues a remembered request takes the loop, one dict lookup per run of equal ids.
+        One C-level pass of ``dict.setdefault`` (one hash-table probe per event; an emptiness check and
+        an insert were two): a new id gets its first offset in the batch, in first-appearance order, and
+        a remembered one keeps its span and its place. The common batch brings only new ids, each once,
+        and is then done; else (an id repeats in the batch, was remembered, or is empty: no request)
+        each id's span becomes (its first offset, as the dict now holds it, its last in the batch).
         """
+        if len(offsets) != len(request_ids):
+            raise ValueError(f"{len(offsets)} offsets for {len(request_ids)} request ids")
         requests = self._applied_requests
-        if requests.keys().isdisjoint(request_ids):
-            before = len(requests)
-            requests.update(zip(request_ids, offsets, strict=True))  # each id's last offset, in first-appearance order
-            if len(requests) - before != len(request_ids) or "" in requests:
-                requests.pop("", None)
-                firsts = dict(zip(reversed(request_ids), reversed(offsets), strict=True))  # each id's first offset
-                firsts.pop("", None)
-                for request_id, first in firsts.items():
-                    last = requests[request_id]
-                    if first != last:
-                        requests[request_id] = (first, last)
-        else:
-            previous = ""
-            first = last = -1
-            for offset, request_id in zip(offsets, request_ids, strict=True):
-                if request_id != previous:
-                    if previous:
-                        span = requests.get(previous)
-                        requests[previous] = _span(first if span is None else _first_last(span)[0], last)
-                    previous, first = request_id, offset
-                last = offset
-            if previous:
-                span = requests.get(previous)
-                requests[previous] = _span(first if span is None else _first_last(span)[0], last)
+        before = len(requests)
+        deque(map(requests.setdefault, request_ids, offsets), maxlen=0)
+        if len(requests) - before != len(request_ids) or "" in requests:
+            requests.pop("", None)
+            lasts = dict(zip(request_ids, offsets, strict=True))  # each id's last offset in the batch
+            lasts.pop("", None)
+            for request_id, last in lasts.items():
+                requests[request_id] = _span(_first_last(requests[request_id])[0], last)
         self._trim_requests()
 
     # --- snapshots -------------------------------------------------------------------------------
@@ -579,7 +587,7 @@ class ConfigImage:
         count = 0
         for columns in frames:
             offsets = list(columns.offset)
-            kinds = list(columns.kind)
+            kinds, entities = kinds_and_entities(columns)
             if len(offsets) != len(kinds):
                 raise CorruptEventError(f"a snapshot frame has {len(offsets)} offsets for {len(kinds)} events")
             if not kinds:
@@ -589,7 +597,7 @@ class ConfigImage:
                     f"snapshot offsets must increase and stay below end offset {header.end_offset}: "
                     f"{offsets[0]}..{offsets[-1]} after {last}"
                 )
-            image._replay(offsets, kinds, columns, 0)
+            image._replay(offsets, kinds, entities, columns, 0)
             last = offsets[-1]
             count += len(kinds)
         if count != header.entry_count:
