@@ -207,3 +207,27 @@ def test_a_shard_that_does_not_answer_is_skipped_and_counted(cluster: Cluster) -
     assert values(first, "quotaplane_shard_applied_offset", shard="1")
     # the call still pending from the first scrape was not queued again
     assert server.collector.pending_shards == ["hung"]
+
+
+def test_hand_over_failures_a_shard_reports_are_a_counter_per_shard(cluster: Cluster) -> None:
+    """A shard that could not reach a giver in a reshard says so in its progress; the endpoint shows it per shard."""
+
+    @ray.remote(num_cpus=0)
+    class Lossy:
+        def metrics_snapshot(self, now_ms: int | None = None) -> list:
+            return []
+
+        def progress(self) -> dict:
+            return {"applied_offset": 0, "incarnation": (1, 1), "reconstructed": False, "hand_over_failures": 3}
+
+    lossy = Lossy.remote()
+    server, _ = start_metrics_endpoint(
+        cluster.controller, {**cluster.shards, "lossy": lossy}, host="127.0.0.1", port=0, timeout_s=10.0
+    )
+    try:
+        page = scrape(server.url)
+    finally:
+        server.close()
+        ray.kill(lossy)
+    assert values(page, "quotaplane_shard_hand_over_failures_total", shard="lossy") == [3]
+    assert values(page, "quotaplane_shard_hand_over_failures_total", shard="0") == [0]

@@ -67,6 +67,7 @@ The ``metric`` label of the two counters is bounded by the number of metric name
 ``quotaplane_shard_restarts_total{shard}``                restarts seen (usage windows restored from the checkpoint)
 ``quotaplane_shard_restored_usage_age_seconds{shard}``    age of the windows restored at the last start (usage lost)
 ``quotaplane_throttle_archive_dropped_total{shard}``      throttle decisions left out of the throttle archive
+``quotaplane_shard_hand_over_failures_total{shard}``      reshard hand-overs not got (those keys started empty)
 ``quotaplane_over_admission_bound_bytes_total{cause}``   usage this process's gateway sent to shards that then
                                                           restarted without it (cause: checkpoint, no_checkpoint)
 ``quotaplane_scrape_shard_errors_total{shard}``           shard calls that failed or timed out

@@ -151,6 +151,13 @@ class QuotaplaneCollector(Collector):
             restored.add_metric([name], age_ms / 1000.0)
         yield restored
         yield counter(
+            "quotaplane_shard_hand_over_failures",
+            "Reshard hand-overs the shard could not get (the giver unreachable): the state of those keys started "
+            "empty on it, up to a quota window of over-admission (resets with the shard)",
+            "shard",
+            self._gatherer.hand_over_failures,
+        )
+        yield counter(
             "quotaplane_throttle_archive_dropped",
             "Throttle decisions not archived for the throttle report (rate bound or full queue; resets with the shard)",
             "shard",

@@ -39,6 +39,8 @@ class ShardGatherer:
         #: how old the usage windows each shard's current incarnation restored at start were (ms); a shard that
         #: restored none (first start, no checkpoint) is absent
         self.restored_usage_age_ms: dict[str, int] = {}
+        #: givers each shard's current incarnation could not reach in a reshard (their keys started empty there)
+        self.hand_over_failures: dict[str, int] = {}
 
     @property
     def pending_shards(self) -> list[str]:
@@ -94,6 +96,7 @@ class ShardGatherer:
                 continue
             self._note_incarnation(name, progress)
             self.throttle_archive_dropped[name] = int(progress.get("throttle_archive_dropped", 0))
+            self.hand_over_failures[name] = int(progress.get("hand_over_failures", 0))
             age = progress.get("restored_usage_age_ms")
             if age is None:
                 self.restored_usage_age_ms.pop(name, None)
