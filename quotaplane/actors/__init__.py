@@ -6,7 +6,7 @@ this package adds processes, placement and the config stream between them.
 """
 
 from ._direct import DirectAddress, read_frame, write_frame
-from ._follower import ConfigFollower, ray_get
+from ._follower import Bindings, ConfigFollower, ray_get
 from ._named import NamedActor
 from ._placement import RendezvousPlacement, owner_of, shard_weight
 from ._resources import check_resources
@@ -23,6 +23,7 @@ from .shard import ShardActor, start_shard
 __all__ = [
     "CHECKPOINT_FILE",
     "DEFAULT_CONTROLLER_NAME",
+    "Bindings",
     "ConfigController",
     "ConfigFollower",
     "DirectAddress",

@@ -41,7 +41,26 @@ from quotaplane.config import (
 )
 from quotaplane.v1 import config_events_pb2 as pb
 
-__all__ = ["ConfigFollower", "EventBatches", "ray_get"]
+__all__ = ["Bindings", "ConfigFollower", "EventBatches", "ray_get"]
+
+
+class Bindings:
+    """Several targets kept in step with the log through one follower: each event's delta, or a snapshot jump's
+    changes, goes to every target in order (the managers first, then what follows them: per-node hosts, the
+    shard count's placement)."""
+
+    def __init__(self, *targets: Any) -> None:
+        self.targets = targets
+
+    def apply(self, delta: Any, image: Any) -> None:
+        for target in self.targets:
+            target.apply(delta, image)
+
+    def apply_changes(self, changes: Any, image: Any) -> None:
+        changes = list(changes)  # every target sees all of them
+        for target in self.targets:
+            target.apply_changes(changes, image)
+
 
 #: Log batches ``(base offset, EventColumns payload)``, as ``ConfigController.read_from`` answers them.
 EventBatches = Sequence[tuple[int, bytes]]

@@ -72,7 +72,7 @@ from quotaplane.quota import (
 
 from ._connection_host import ConnectionHost
 from ._direct import DirectAddress, DirectChannelServer, serialized
-from ._follower import ConfigFollower, ray_get
+from ._follower import Bindings, ConfigFollower, ray_get
 from ._metric_rows import MetricRow, metric_rows
 from ._named import resolve_actor
 from ._replication_host import ReplicationHost
@@ -96,23 +96,6 @@ FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation"})
 #: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
 #: on the first call past each interval of its callers' clock.
 HOUSEKEEPING_INTERVAL_MS = 30_000
-
-
-class _Bindings:
-    """The shard's ManagerBinding plus the per-node hosts: every config event reaches all of them."""
-
-    def __init__(self, *targets: Any) -> None:
-        self.targets = targets
-        self.restart_required = targets[0].restart_required
-
-    def apply(self, delta: Any, image: ConfigImage) -> None:
-        for target in self.targets:
-            target.apply(delta, image)
-
-    def apply_changes(self, changes: Any, image: ConfigImage) -> None:
-        changes = list(changes)
-        for target in self.targets:
-            target.apply_changes(changes, image)
 
 
 @serialized
@@ -211,7 +194,7 @@ class ShardActor:
         self.connections = ConnectionHost(lambda: self.image)
         #: the keys this shard owns at its offset; a reshard's hand-over of moved state (``_reshard``)
         self.reshard = ReshardHost(str(self.shard_id), self, self._peer, lambda: self.latest_ms)
-        self.follower.binding = _Bindings(self.binding, self.replication, self.connections, self.reshard)
+        self.follower.binding = Bindings(self.binding, self.replication, self.connections, self.reshard)
         self._handlers = {
             "usage": self._serve_usage,
             "unrecord": self._serve_unrecord,

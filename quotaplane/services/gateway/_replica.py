@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from quotaplane.actors import ConfigFollower, ray_get
+from quotaplane.actors import Bindings, ConfigFollower, ray_get
 from quotaplane.config import (
     SHARD_COUNT_CONFIG,
     ConfigDelta,
@@ -87,7 +87,7 @@ class ConfigReplica:
         #: ``(offset from which it holds, shard count)`` of the reshards this replica applied, oldest first
         self.shard_counts: list[tuple[int, int]] = []
         self._note_shard_count(self.image)
-        self.follower.binding = _Bindings(self.binding, self)
+        self.follower.binding = Bindings(self.binding, self)
 
     def _call(self, method: str, *args: Any) -> Any:
         from ray.exceptions import GetTimeoutError, RayActorError
@@ -126,7 +126,7 @@ class ConfigReplica:
         if count is not None:
             self.shard_counts = [*self.shard_counts[-15:], (shard_count_offset(image), count)]
 
-    # bound to the log beside the managers (``_Bindings``): a reshard's event, at the offset it holds from
+    # bound to the log beside the managers (``Bindings``): a reshard's event, at the offset it holds from
     def apply(self, delta: ConfigDelta, image: ConfigImage) -> None:
         if any(getattr(change, "name", None) == SHARD_COUNT_CONFIG for change in delta.changes):
             self._note_shard_count(image)
@@ -223,19 +223,3 @@ class ConfigReplica:
                     config = manager.config
                     append(limit * (config.num_quota_samples - 1) * config.quota_window_size_seconds)
             return self.image.end_offset, values
-
-
-class _Bindings:
-    """The replica's managers and its record of shard counts, both kept in step with the log."""
-
-    def __init__(self, *targets: Any) -> None:
-        self.targets = targets
-
-    def apply(self, delta: ConfigDelta, image: ConfigImage) -> None:
-        for target in self.targets:
-            target.apply(delta, image)
-
-    def apply_changes(self, changes: Any, image: ConfigImage) -> None:
-        changes = list(changes)
-        for target in self.targets:
-            target.apply_changes(changes, image)

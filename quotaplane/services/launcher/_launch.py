@@ -224,7 +224,7 @@ def _start(
 
     import ray
 
-    from quotaplane.actors import DEFAULT_CONTROLLER_NAME, NamedActor, start_controller, start_shard
+    from quotaplane.actors import start_controller
 
     joined = cluster.ray_address is not None
     cluster.controller = start_controller(
@@ -251,16 +251,8 @@ def _start(
     logged, _ = cluster.fleet.count_in_log()
     desired = shards
     shards = logged if logged is not None else (desired or DEFAULT_SHARDS)
-    for i in range(shards):
-        cluster.shards[str(i)] = start_shard(
-            i,
-            NamedActor(DEFAULT_CONTROLLER_NAME, NAMESPACE),  # not the handle: see quotaplane.actors._named
-            namespace=NAMESPACE,
-            data_dir=str(cluster.data_dir.absolute() / "shards" / str(i)),
-            detached=joined,
-            resources=shard_resources,
-            spread=spread_shards,
-        )
+    for i in range(shards):  # all created first, then awaited together
+        cluster.shards[str(i)] = cluster.fleet.create(str(i))
     for name, shard in cluster.shards.items():
         try:
             ray.get(shard.info.remote(), timeout=remaining())

@@ -84,19 +84,24 @@ class ShardFleet:
         every later reshard, reads the count from the log. Another process that seeded first wins."""
         self._call("alter_shard_count", count, expected=None, default=None, principal=principal)
 
-    def start(self, shard_id: str) -> Any:
-        """Shard ``shard_id`` as ``up`` starts its shards (the running one if it exists), once it answers."""
-        import ray
-
+    def create(self, shard_id: str) -> Any:
+        """Shard ``shard_id``'s actor as ``up`` creates its shards (the running one if it exists), not awaited:
+        its data under ``DATA_DIR/shards/<id>``, the launch's placement options, the controller by name."""
         from quotaplane.actors import DEFAULT_CONTROLLER_NAME, NamedActor, start_shard
 
-        handle = start_shard(
+        return start_shard(
             int(shard_id),
-            NamedActor(DEFAULT_CONTROLLER_NAME, NAMESPACE),
+            NamedActor(DEFAULT_CONTROLLER_NAME, NAMESPACE),  # not the handle: see quotaplane.actors._named
             namespace=NAMESPACE,
             data_dir=str(self.cluster.data_dir.absolute() / "shards" / shard_id),
             **self.shard_options,
         )
+
+    def start(self, shard_id: str) -> Any:
+        """:meth:`create`, once the shard answers."""
+        import ray
+
+        handle = self.create(shard_id)
         ray.get(handle.info.remote(), timeout=self.ready_timeout_s)
         return handle
 
