@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run demo test lint bench clean prometheus
+.PHONY: run demo test lint bench clean test-packages
 
 # Reinstall when the packaging or a .proto changes: setup.py regenerates quotaplane.v1 from protos/.
 $(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto)
@@ -24,13 +24,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The metrics tests run a real Prometheus server: Debian's package (installs in seconds, starts nothing).
-prometheus:
-	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+# Debian packages the tests drive for real (each installs in seconds and starts nothing by itself): a Prometheus
+# server for the metrics tests, headless Chromium for the HTML report's screenshot, tmux for `quotaplane top`.
+DEBIAN_TEST_PACKAGES := prometheus chromium tmux
+test-packages:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 \
+	  && command -v chromium >/dev/null 2>&1 && command -v tmux >/dev/null 2>&1 || { \
 	  sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq prometheus >/dev/null; }
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $(DEBIAN_TEST_PACKAGES) >/dev/null; }
 
-test: lint prometheus
+test: lint test-packages
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
