@@ -9,6 +9,7 @@ subprocess runs with a private ``HOME``, and nothing may appear in ``/tmp/ray`` 
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +37,8 @@ from .conftest import COMMAND
 #: the usage gateway, the metrics endpoint and the Kafka frontend on free ports, so tests never depend on
 #: 9094 / 9464 / 9092 being free
 _T0 = 1_700_000_000_000
-_FREE_PORTS = ("--gateway-port", "0", "--metrics-port", "0", "--frontend-port", "0")
+# no Ray dashboard unless a test asks for one: it costs a few processes and seconds of start-up
+_FREE_PORTS = ("--gateway-port", "0", "--metrics-port", "0", "--frontend-port", "0", "--ray-dashboard-port", "-1")
 _READY_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 20.0
 _ALICE = ("--entity-type", "users", "--entity-name", "alice")
@@ -186,11 +189,28 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
     data_dir = short_dir / "data"
     port = free_port()
 
-    up = Up(data_dir, port, env)
+    up = Up(data_dir, port, env, "--ray-dashboard-port", "0")
     try:
         up.wait_ready()
         assert up.lines[0] == f"quotaplane up: admin gRPC on 127.0.0.1:{port}, 2 shards, data in {data_dir}"
-        assert f"quotaplane up: Ray session in {data_dir / 'ray'}" in up.lines
+        # what runs where, where the data is and how to stop it, said plainly
+        [ray_line] = [line for line in up.lines if "a private Ray for this process" in line]
+        assert f"session in {data_dir / 'ray'}, its dashboard on http://127.0.0.1:" in ray_line, ray_line
+        dashboard = ray_line.split("its dashboard on ", 1)[1].split(" ", 1)[0]
+        token_file = Path(ray_line.split("asks for the token in ", 1)[1].rstrip(")"))
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        # Ray's own dashboard answers there, to the holder of the token only (it runs jobs)
+        version = urllib.request.Request(f"{dashboard}/api/version")
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(version, timeout=10)
+        version.add_header("Authorization", f"Bearer {token_file.read_text().strip()}")
+        with urllib.request.urlopen(version, timeout=10) as response:
+            assert json.loads(response.read())["ray_version"]
+        assert f"quotaplane up: data: the config log in {data_dir / 'config'}, each shard's usage checkpoint " in (
+            "\n".join(up.lines)
+        )
+        [stop_line] = [line for line in up.lines if line.startswith("quotaplane up: stop: ")]
+        assert f"SIGTERM to pid {up.proc.pid}:" in stop_line and f"--data-dir {data_dir}` resumes it" in stop_line
         # a new cluster's first event is its shard count (quotaplane.shard.count), logged once the shards run
         assert "quotaplane up: config log end offset 1; shards applied 0=1, 1=1" in up.lines
         [kafka] = [line for line in up.lines if line.startswith("quotaplane up: Kafka frontend on 127.0.0.1:")]
@@ -240,6 +260,7 @@ def test_up_serves_admin_commands_durably_and_stops_cleanly(env, short_dir):
         assert took < _STOP_TIMEOUT_S
         assert up.lines[-1] == "quotaplane up: stopped" or up.wait_line(lambda line: line.endswith("stopped"))
         _assert_gone(up)
+        assert not token_file.exists()  # the run's token goes with it
     finally:
         up.kill()
 

@@ -12,7 +12,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from quotaplane.services.launcher import (
+    DASHBOARD_HOST,
     DEFAULT_ADMIN_PORT,
+    DEFAULT_DASHBOARD_PORT,
     DEFAULT_DATA_DIR,
     DEFAULT_FRONTEND_PORT,
     DEFAULT_GATEWAY_PORT,
@@ -22,11 +24,13 @@ from quotaplane.services.launcher import (
     LaunchError,
     launch,
     parse_resource_flags,
+    port_is_free,
 )
 
 if TYPE_CHECKING:
     from quotaplane.services._security import ClientSecurity, ServerSecurity
     from quotaplane.services.frontend import KafkaListener
+    from quotaplane.services.launcher import Cluster
 
 __all__ = ["add_up_command", "run_up"]
 
@@ -58,6 +62,11 @@ def add_up_command(commands: argparse._SubParsersAction) -> None:
         "--metrics-port",
         default=str(DEFAULT_METRICS_PORT),
         help=f"Prometheus metrics endpoint port (default {DEFAULT_METRICS_PORT}; 0: a free one; -1: none)",
+    )
+    up.add_argument(
+        "--ray-dashboard-port",
+        help=f"the private Ray's dashboard, on {DASHBOARD_HOST} only (default {DEFAULT_DASHBOARD_PORT}, or a free port "
+        "when that one is taken; 0: a free one; -1: none)",
     )
     up.add_argument(
         "--host",
@@ -280,6 +289,48 @@ def _int_option(name: str, text: str) -> int:
         raise LaunchError(f"{name} must be an integer, got {text!r}") from None
 
 
+def _dashboard_port(text: str | None) -> int | None:
+    """``--ray-dashboard-port``: Ray's usual port unless another Ray on this machine has it (then any free one),
+    a given port, or None for ``-1`` (no dashboard)."""
+    if text is None:
+        return DEFAULT_DASHBOARD_PORT if port_is_free(DASHBOARD_HOST, DEFAULT_DASHBOARD_PORT) else 0
+    port = _int_option("--ray-dashboard-port", text)
+    return None if port == -1 else port
+
+
+def _what_runs(cluster: Cluster) -> list[str]:
+    """Where ``up``'s pieces run, where the data lives and how to stop it, in plain lines (after the endpoints)."""
+    import os
+
+    if cluster.ray_address is None:
+        dashboard = (
+            f"its dashboard on {cluster.ray_dashboard_url} (this machine only; it asks for the token in "
+            f"{cluster.ray_dashboard_token_file})"
+            if cluster.ray_dashboard_url
+            else "no dashboard (--ray-dashboard-port)"
+        )
+        ray_line = f"a private Ray for this process: session in {cluster.ray_temp_dir}, {dashboard}"
+        stop_line = (
+            f"stop: Ctrl-C here, or SIGTERM to pid {os.getpid()}: the servers, the shards, the controller and this Ray "
+            f"stop; the data stays in {cluster.data_dir}, and `quotaplane up --data-dir {cluster.data_dir}` resumes it"
+        )
+    else:
+        ray_line = (
+            f"joined the Ray cluster at {cluster.ray_address} (its dashboard is that cluster's): the controller "
+            "and the shards run there as detached actors"
+        )
+        stop_line = (
+            f"stop: Ctrl-C here, or SIGTERM to pid {os.getpid()}: this host's servers stop; the controller and the "
+            "shards keep running in the Ray cluster"
+        )
+    data_line = (
+        f"data: the config log in {cluster.config_dir}, each shard's usage checkpoint and archives in "
+        f"{cluster.data_dir / 'shards'}/<id>"
+        + ("" if cluster.ray_address is None else " (on the Ray nodes that run them)")
+    )
+    return [ray_line, data_line, stop_line]
+
+
 def _server_security(args: argparse.Namespace) -> ServerSecurity | None:
     """The listeners' security from ``up``'s flags (None: none given); a bad file or rule is a ValueError."""
     from quotaplane.services._security import PrincipalMapper, ServerSecurity
@@ -344,6 +395,7 @@ def run_up(args: argparse.Namespace) -> int:
             kafka_listener=kafka_listener,
             frontend_client=frontend_client,
             frontend_server_name=args.frontend_tls_server_name,
+            ray_dashboard_port=_dashboard_port(args.ray_dashboard_port),
             shard_resources=shard_resources,
             controller_resources=controller_resources,
             spread_shards=args.spread_shards,
@@ -372,7 +424,8 @@ def run_up(args: argparse.Namespace) -> int:
                 say(f"Kafka proxy in front of {proxy.config.bootstrap}: upstream brokers {ports or 'none yet'}")
         if cluster.metrics_url is not None:
             say(f"metrics on {cluster.metrics_url}")
-        say(f"Ray session in {cluster.ray_temp_dir}")
+        for line in _what_runs(cluster):
+            say(line)
         if security is not None:
             say(f"security: {security.describe()}")
         shown = cluster.status()

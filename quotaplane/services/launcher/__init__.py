@@ -56,10 +56,12 @@ directory's cluster id), ``_launch.py`` (the order).
 
 from __future__ import annotations
 
-from ._checks import parse_resource_flags, ray_temp_dir_for
+from ._checks import parse_resource_flags, port_is_free, ray_temp_dir_for
 from ._cluster import Cluster, ClusterStatus
 from ._common import (
+    DASHBOARD_HOST,
     DEFAULT_ADMIN_PORT,
+    DEFAULT_DASHBOARD_PORT,
     DEFAULT_DATA_DIR,
     DEFAULT_FRONTEND_PORT,
     DEFAULT_GATEWAY_PORT,
@@ -71,7 +73,9 @@ from ._common import (
 from ._launch import launch
 
 __all__ = [
+    "DASHBOARD_HOST",
     "DEFAULT_ADMIN_PORT",
+    "DEFAULT_DASHBOARD_PORT",
     "DEFAULT_DATA_DIR",
     "DEFAULT_FRONTEND_PORT",
     "DEFAULT_GATEWAY_PORT",
@@ -83,5 +87,6 @@ __all__ = [
     "LaunchError",
     "launch",
     "parse_resource_flags",
+    "port_is_free",
     "ray_temp_dir_for",
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "check_port_free",
     "checked_resources",
     "parse_resource_flags",
+    "port_is_free",
     "prepare_data_dir",
     "ray_temp_dir_for",
 ]
@@ -94,6 +95,15 @@ def check_port_free(host: str, port: int, what: str = "the admin service") -> No
         except OSError as e:
             reason = "the port is in use" if e.errno == errno.EADDRINUSE else e.strerror or str(e)
             raise LaunchError(f"cannot listen on {host_port(host, port)} for {what}: {reason}") from None
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether ``check_port_free`` would pass now."""
+    try:
+        check_port_free(host, port)
+    except LaunchError:
+        return False
+    return True
 
 
 def prepare_data_dir(data_dir: Path) -> int:

@@ -79,6 +79,11 @@ class Cluster:
     cluster_id: str | None = None
     #: None: a private local Ray (stopped with the cluster); else the Ray cluster joined (actors detached)
     ray_address: str | None = None
+    #: a private Ray's dashboard: the port asked for (None: none; 0: any free one), then its URL once started
+    ray_dashboard_port: int | None = None
+    ray_dashboard_url: str | None = None
+    #: the file holding the token the dashboard asks for (mode 0600; removed on close)
+    ray_dashboard_token_file: Path | None = None
     _lock_fd: int | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
     _ray_started: bool = False
@@ -184,6 +189,8 @@ class Cluster:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
+        if self.ray_dashboard_token_file is not None:
+            self.ray_dashboard_token_file.unlink(missing_ok=True)
         if self.ray_temp_dir_is_fallback:
             shutil.rmtree(self.ray_temp_dir, ignore_errors=True)
 

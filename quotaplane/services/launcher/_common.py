@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "DASHBOARD_HOST",
     "DEFAULT_ADMIN_PORT",
+    "DEFAULT_DASHBOARD_PORT",
     "DEFAULT_DATA_DIR",
     "DEFAULT_FRONTEND_PORT",
     "DEFAULT_GATEWAY_PORT",
@@ -33,6 +35,10 @@ DEFAULT_METRICS_PORT = 9464
 #: Kafka's own port: the Kafka-facing frontend answers clients that know nothing but a bootstrap server.
 DEFAULT_FRONTEND_PORT = 9092
 DEFAULT_HOST = "127.0.0.1"
+#: Ray's own dashboard port; ``up`` takes another free one when it is taken (another Ray on this machine)
+DEFAULT_DASHBOARD_PORT = 8265
+#: The dashboard runs jobs and kills actors for anyone who reaches it: loopback only, whatever ``--host`` is.
+DASHBOARD_HOST = "127.0.0.1"
 NAMESPACE = "quotaplane"
 LOCK_FILE = "up.lock"
 

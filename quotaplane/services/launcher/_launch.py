@@ -28,6 +28,7 @@ from ._checks import (
 from ._cluster import Cluster
 from ._cluster_id import adopt_cluster_id, data_dir_cluster_id, local_cluster_id
 from ._common import (
+    DASHBOARD_HOST,
     DEFAULT_ADMIN_PORT,
     DEFAULT_DATA_DIR,
     DEFAULT_GATEWAY_PORT,
@@ -76,6 +77,7 @@ def launch(
     spread_shards: bool = False,
     frontend_client: ClientSecurity | None = None,
     frontend_server_name: str | None = None,
+    ray_dashboard_port: int | None = None,
 ) -> Cluster:
     """Start everything and return once it answers; :class:`LaunchError` (one line) if it cannot.
 
@@ -101,6 +103,11 @@ def launch(
     certificate as client), proved by a health call before the frontend starts; ``frontend_server_name`` is
     the name its listeners' certificate must match (default: the host).
 
+    ``ray_dashboard_port`` (None: no dashboard; 0: a free port) opens a private Ray's dashboard on
+    127.0.0.1 only, whatever ``host`` is: the dashboard submits jobs and kills actors without authentication,
+    so it is this machine's operator's (``Cluster.ray_dashboard_url`` tells where). A joined cluster has its
+    own dashboard; the port is then ignored.
+
     ``shard_resources`` / ``controller_resources`` (Ray custom resources, e.g. ``{"quotaplane_shard": 1}``)
     are asked for by each shard / the controller, so Ray places them, and restarts them, only on raylets
     offering them; ``spread_shards`` spreads the shards over those nodes (Ray's ``SPREAD``). A private Ray
@@ -118,6 +125,7 @@ def launch(
         raise LaunchError(f"--gateway-port and --admin-port must differ, both are {admin_port}")
     check_port("--metrics-port", metrics_port, optional=True)
     check_port("--frontend-port", frontend_port, optional=True)
+    check_port("--ray-dashboard-port", ray_dashboard_port, optional=True)
     if frontend_port is not None and gateway_port is None:
         raise LaunchError("the Kafka frontend needs the usage gateway (its telemetry and connection services)")
     if frontend_port and frontend_port in (admin_port, gateway_port, metrics_port):
@@ -140,6 +148,8 @@ def launch(
             check_port_free(host, metrics_port, "the metrics endpoint")
         if frontend_port:
             check_port_free(host, frontend_port, "the Kafka frontend")
+        if ray_dashboard_port and ray_address is None:
+            check_port_free(DASHBOARD_HOST, ray_dashboard_port, "the Ray dashboard")
         temp_dir = ray_temp_dir_for(data_dir)
         fallback = temp_dir is None
         if temp_dir is None:
@@ -178,6 +188,7 @@ def launch(
         frontend_client=frontend_client,
         frontend_server_name=frontend_server_name,
         cluster_id=cluster_id,
+        ray_dashboard_port=ray_dashboard_port if ray_address is None else None,
         _lock_fd=lock_fd,
     )
     try:

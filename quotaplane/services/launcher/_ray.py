@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._common import NAMESPACE, LaunchError, first_line
+from ._common import DASHBOARD_HOST, NAMESPACE, LaunchError, first_line
 
 if TYPE_CHECKING:
     from ._cluster import Cluster
@@ -40,6 +40,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Where a private Ray's dashboard token is written, in its session directory (``DATA_DIR/ray``).
+DASHBOARD_TOKEN_FILE = "dashboard-token"
 _RAY_ENV = ("RAY_TMPDIR", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
 #: How much of each requested custom resource a private Ray offers (plenty: every actor asks for a little).
 _PRIVATE_RESOURCE_AMOUNT = 10_000
@@ -145,17 +147,25 @@ def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[s
     killed by the session directory their command lines name, which is this cluster's own."""
     import ray
 
+    dashboard_port = cluster.ray_dashboard_port
+    if dashboard_port == 0:
+        dashboard_port = _free_port(DASHBOARD_HOST)
+
     def start() -> None:
-        ray.init(
+        context = ray.init(
             address="local",
             num_cpus=num_cpus,
             resources=resources,
-            include_dashboard=False,
+            include_dashboard=dashboard_port is not None,
+            dashboard_host=DASHBOARD_HOST,
+            dashboard_port=dashboard_port,
             _temp_dir=str(cluster.ray_temp_dir),
             namespace=NAMESPACE,
             log_to_driver=False,
             logging_level=logging.WARNING,
         )
+        if dashboard_port is not None and context.dashboard_url:
+            cluster.ray_dashboard_url = f"http://{context.dashboard_url}"
 
     try:
         start()
@@ -166,6 +176,28 @@ def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[s
         ray.shutdown()
         _kill_session_processes(cluster.ray_temp_dir)
         start()
+    if cluster.ray_dashboard_url is not None:
+        _save_dashboard_token(cluster)
+
+
+def _save_dashboard_token(cluster: Cluster) -> None:
+    """The dashboard asks for Ray's auth token (it runs jobs): the operator finds this run's in a file only
+    they can read, ``DASHBOARD_TOKEN_FILE`` in Ray's session directory (removed by ``Cluster.close``)."""
+    path = cluster.ray_temp_dir / DASHBOARD_TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # an older file of another mode keeps its mode through O_CREAT
+        os.write(fd, os.environ["RAY_AUTH_TOKEN"].encode() + b"\n")
+    finally:
+        os.close(fd)
+    cluster.ray_dashboard_token_file = path
+
+
+def _free_port(host: str) -> int:
+    """A port free on ``host`` now (the dashboard binds it a moment later: a race only another starter wins)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def _check_gcs_answers(address: str, timeout_s: float) -> None:
