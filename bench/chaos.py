@@ -29,7 +29,8 @@ What it runs
     offering ``quotaplane_shard``) and ``launch`` joins it with the shards spread over the workers; a ``node``
     fault SIGKILLs every process of a worker node hosting a shard (its raylet, its object store, its workers),
     and a replacement worker node joins at once, as Kubernetes would start a new pod; Ray notices the dead node
-    (its GCS health checks: ``--ray-health-check-period-ms`` times its failure threshold) and restarts the
+    (its GCS health checks: ``--ray-health-check-period-ms`` times ``--ray-health-check-failure-threshold``,
+    quotaplane's shipped ``NODE_FAILURE_DETECTION`` unless the flags say else) and restarts the
     node's shards on a live one. ``host`` (a gateway host): the clients' gateway and Kafka proxy run in a
     ``quotaplane up --ray-address`` process of their own, joined to that cluster as a second gateway host
     joins one in Kubernetes (the bootstrap ``launch`` keeps the controller, the shards and the admin load);
@@ -92,6 +93,8 @@ from typing import Any
 
 from _machine import machine
 from proxy import free_port
+
+from quotaplane.services.launcher import NODE_FAILURE_DETECTION
 
 PRODUCE = 1  # quota.proto's QuotaType
 #: Tansu presents itself as node 111 (it has no node-id option): ``broker_port_base + 111`` must be free.
@@ -366,7 +369,7 @@ SHARD_RESOURCE = "quotaplane_shard"
 CONTROLLER_RESOURCE = "quotaplane_controller"
 
 
-def start_ray_nodes(root: Path, shard_nodes: int, health_check_period_ms: int) -> Any:
+def start_ray_nodes(root: Path, shard_nodes: int, node_failure_detection: dict[str, int]) -> Any:
     """A multi-raylet Ray cluster on this host for the ``node`` fault (see the module's docstring)."""
     from ray.cluster_utils import Cluster
 
@@ -380,13 +383,22 @@ def start_ray_nodes(root: Path, shard_nodes: int, health_check_period_ms: int) -
             "resources": {CONTROLLER_RESOURCE: 1},
             "temp_dir": str(temp_dir),
             "include_dashboard": False,
-            "_system_config": {"health_check_period_ms": health_check_period_ms},
+            "_system_config": node_failure_detection,
         },
     )
     for _ in range(shard_nodes):
         add_shard_node(nodes)
     nodes.wait_for_nodes()
     return nodes
+
+
+def node_failure_detection(args: argparse.Namespace) -> dict[str, int]:
+    """Ray's node health checks for the ``node`` fault: quotaplane's shipped settings unless the flags say else."""
+    return {
+        "health_check_period_ms": args.ray_health_check_period_ms,
+        "health_check_timeout_ms": args.ray_health_check_timeout_ms,
+        "health_check_failure_threshold": args.ray_health_check_failure_threshold,
+    }
 
 
 def add_shard_node(nodes: Any) -> Any:
@@ -413,6 +425,25 @@ def descendants(pids: Sequence[int]) -> list[int]:
     return found
 
 
+class DeathWatch(threading.Thread):
+    """When Ray's GCS declares a node dead (``ray.nodes()`` polled every 10 ms): ``at``, monotonic."""
+
+    def __init__(self, node_id: str, timeout_s: float = 60.0) -> None:
+        super().__init__(name="death-watch", daemon=True)
+        self.node_id, self.timeout_s = node_id, timeout_s
+        self.at: float | None = None
+
+    def run(self) -> None:
+        import ray
+
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            if any(n["NodeID"] == self.node_id and not n["Alive"] for n in ray.nodes()):
+                self.at = time.monotonic()
+                return
+            time.sleep(0.01)
+
+
 def kill_node(nodes: Any, cluster: Any, rng: random.Random) -> dict[str, Any]:
     """SIGKILL every process of a worker node that hosts a shard, then add a replacement worker node; the
     fault's record, with the node's shards and their processes before and after."""
@@ -431,15 +462,23 @@ def kill_node(nodes: Any, cluster: Any, rng: random.Random) -> dict[str, Any]:
     # a machine that dies takes every process with it: the raylet's workers (the shards) too, which a raylet
     # killed alone leaves running for seconds, still serving their direct channels
     doomed = descendants(started)
-    killed = time.monotonic()
+    declared_dead = DeathWatch(victim)
+    killed, killed_wall_ms = time.monotonic(), time.time() * 1000
     for pid in doomed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    declared_dead.start()
     nodes.remove_node(node, allow_graceful=False)  # SIGKILL of the raylet, its store and its agents
     add_shard_node(nodes)
     new_pids = {name: actor_pid(cluster.shards[name], timeout_s=120) for name in shards}
     moved_to = {name: ray.get(cluster.shards[name].node.remote(), timeout=30) for name in shards}
+    started_ms = {name: ray.get(cluster.shards[name].info.remote(), timeout=30)["started_ms"] for name in shards}
+    declared_dead.join(timeout=60)
     return {
+        # where the recovery went: Ray's GCS declaring the node dead (its health checks), then each shard's new
+        # process constructed (a worker started on a live node, the shard's __init__ done)
+        "declared_dead_s": None if declared_dead.at is None else round(declared_dead.at - killed, 3),
+        "shard_started_s": {name: round((ms - killed_wall_ms) / 1000, 3) for name, ms in started_ms.items()},
         "kind": "node",
         "target": victim[:12],
         "shards": shards,
@@ -725,7 +764,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         host: GatewayHost | None = None
         upstream: str | None = None
         if {"node", "host"} & set(kinds):
-            nodes = start_ray_nodes(Path(root), args.shard_nodes, args.ray_health_check_period_ms)
+            nodes = start_ray_nodes(Path(root), args.shard_nodes, node_failure_detection(args))
             placement = {
                 "ray_address": nodes.address,
                 "shard_resources": {SHARD_RESOURCE: 1},
@@ -1060,8 +1099,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--ray-health-check-period-ms",
         type=int,
-        default=3000,
-        help="with node faults: how often Ray's GCS checks a raylet (Ray's default: 3000)",
+        default=NODE_FAILURE_DETECTION["health_check_period_ms"],
+        help="with node faults: how often Ray's GCS checks a raylet (default: what quotaplane ships, "
+        f"{NODE_FAILURE_DETECTION['health_check_period_ms']}; Ray's own: 3000)",
+    )
+    parser.add_argument(
+        "--ray-health-check-timeout-ms",
+        type=int,
+        default=NODE_FAILURE_DETECTION["health_check_timeout_ms"],
+        help="with node faults: how long a check waits for the raylet (Ray's own default: 10000)",
+    )
+    parser.add_argument(
+        "--ray-health-check-failure-threshold",
+        type=int,
+        default=NODE_FAILURE_DETECTION["health_check_failure_threshold"],
+        help="with node faults: failed checks in a row that make a node dead (Ray's own default: 5)",
     )
     parser.add_argument("--fault-interval-s", type=float, default=15.0)
     parser.add_argument("--tail-s", type=float, default=8.0, help="no fault in the last seconds of the load")
@@ -1095,7 +1147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "shards": args.shards,
             "ray_nodes": None
             if "node" not in args.faults and "host" not in args.faults
-            else {"shard_nodes": args.shard_nodes, "health_check_period_ms": args.ray_health_check_period_ms},
+            else {"shard_nodes": args.shard_nodes, **node_failure_detection(args)},
             "usage": f"one RecordUsage stream per shard, {args.batch}-item UsageColumns batches, one in flight",
             "admin": f"AlterClientQuotas every {args.admin_interval_s} s, retried with its request id",
             "proxy": None

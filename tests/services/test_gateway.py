@@ -390,6 +390,7 @@ class FakeShard:
     def __init__(self, address: tuple[str, int, bytes]) -> None:
         self.address = address
         self.asked = 0
+        self.options: list[dict] = []
 
     @property
     def direct_address(self) -> SimpleNamespace:
@@ -397,7 +398,11 @@ class FakeShard:
             self.asked += 1
             return ray.put(self.address)
 
-        return SimpleNamespace(remote=remote)
+        def options(**given: object) -> SimpleNamespace:
+            self.options.append(given)
+            return SimpleNamespace(remote=remote)
+
+        return SimpleNamespace(remote=remote, options=options)
 
     @property
     def serve_packed(self) -> SimpleNamespace:
@@ -413,6 +418,9 @@ def test_an_unreachable_direct_channel_falls_back_to_ray_calls_for_a_while(clust
     assert channel.call("usage", 3, [("PRODUCE", "u", "c", 1.0, T0)]) == (3, ["via-ray"])
     assert channel.call("usage", 4, [("PRODUCE", "u", "c", 1.0, T0)]) == (4, ["via-ray"])
     assert (shard.asked, channel.connects) == (1, 0)  # not asked again within RETRY_DIRECT_S
+    # the address is a read: Ray retries it on a restarted shard, so a reconnect waits for the new process
+    # instead of failing with "the actor is restarting" (the serving calls are never retried)
+    assert shard.options == [{"max_task_retries": -1}]
 
 
 def test_a_busy_gateway_port_fails_before_ray_starts(tmp_path):

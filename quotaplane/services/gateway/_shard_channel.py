@@ -94,7 +94,11 @@ class ShardChannel:
         if time.monotonic() < self._retry_direct_at:
             return False
         try:
-            address: DirectAddress | None = _ray_call(self.handle.direct_address.remote(), self.timeout_s)
+            # only a read, so Ray may retry it on the restarted shard: the answer comes as soon as the shard
+            # serves again (the shard's other calls are never retried; without it, a call to a shard being
+            # restarted fails ~2 s later with "the actor is restarting", and only the next one connects)
+            ref = self.handle.direct_address.options(max_task_retries=-1).remote()
+            address: DirectAddress | None = _ray_call(ref, self.timeout_s)
         except AttributeError:  # a handle without the method: an older shard
             return False
         if address is None:

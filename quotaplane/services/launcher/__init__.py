@@ -68,6 +68,7 @@ from ._common import (
     DEFAULT_HOST,
     DEFAULT_METRICS_PORT,
     DEFAULT_SHARDS,
+    NODE_FAILURE_DETECTION,
     LaunchError,
 )
 from ._launch import launch
@@ -82,6 +83,7 @@ __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_METRICS_PORT",
     "DEFAULT_SHARDS",
+    "NODE_FAILURE_DETECTION",
     "Cluster",
     "ClusterStatus",
     "LaunchError",

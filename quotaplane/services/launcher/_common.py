@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_SHARDS",
     "LOCK_FILE",
     "NAMESPACE",
+    "NODE_FAILURE_DETECTION",
     "LaunchError",
     "first_line",
     "host_port",
@@ -40,6 +41,18 @@ DEFAULT_DASHBOARD_PORT = 8265
 #: The dashboard runs jobs and kills actors for anyone who reaches it: loopback only, whatever ``--host`` is.
 DASHBOARD_HOST = "127.0.0.1"
 NAMESPACE = "quotaplane"
+#: How fast Ray's GCS declares a raylet dead, so the shards of a lost node are restarted elsewhere (Ray's system
+#: config, given to the head as ``RAY_<name>`` variables: the Helm chart's ``ray.nodeFailureDetection``). A node
+#: is dead after ``health_check_failure_threshold`` failed checks in a row, one every ``health_check_period_ms``:
+#: 0.5 s for a crashed host (its raylet's port refuses at once), 5 x (100 + 250) ms = 1.75 s for one that vanished
+#: (each check waits ``health_check_timeout_ms``). Ray's defaults (3,000 / 10,000 / 5) take 15 s and 65 s; a
+#: raylet too busy to answer for five checks in a row is taken for dead (its shards restart elsewhere, with
+#: their checkpoint: see docs/scaling.md).
+NODE_FAILURE_DETECTION = {
+    "health_check_period_ms": 100,
+    "health_check_timeout_ms": 250,
+    "health_check_failure_threshold": 5,
+}
 LOCK_FILE = "up.lock"
 
 
