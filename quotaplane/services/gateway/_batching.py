@@ -46,6 +46,7 @@ class Pending:
     """One request batch: its items, where their answers go, and when it is done."""
 
     __slots__ = (
+        "arrival",
         "closed",
         "done",
         "error",
@@ -60,8 +61,10 @@ class Pending:
         "sizes",
     )
 
-    def __init__(self, kind: str, items: list[Any], route: Router) -> None:
+    def __init__(self, kind: str, items: list[Any], route: Router, arrival: int = 0) -> None:
         self.kind = kind
+        #: its place in the order the gateway took requests in (the reshard barrier keeps that order)
+        self.arrival = arrival
         self.items = items
         #: (items, indices or None for all) -> (config offset, those items' shard keys); called again when a
         #: fenced batch is routed again
@@ -110,6 +113,8 @@ class Unit:
     indices: list[int]
     offset: int
     size: int = 0
+    #: the shard count its owner was chosen by (``Gateway``'s reshard barrier)
+    count: int = 0
 
 
 class ShardWorker(threading.Thread):
@@ -191,6 +196,9 @@ class ShardWorker(threading.Thread):
                     log.exception("shard %s: a micro-batch failed", self.shard_id)
                 for unit in units:
                     self.gateway.finish(unit.pending, error=e)
+            finally:
+                # answered, failed or routed again (then as new units): no longer in flight at their count
+                self.gateway.barrier.done(units)
 
     def _send(self, units: list[Unit]) -> None:
         gateway = self.gateway

@@ -34,6 +34,7 @@ retry-after estimate from the recent completion rate.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -46,6 +47,7 @@ from ._batching import Pending, Router, ShardWorker, Unit
 from ._checks import Exhausted, GatewayConfig, Unavailable, wall_clock_ms
 from ._lost_usage import Restart
 from ._replica import ConfigReplica
+from ._reshard_barrier import ReshardBarrier
 
 __all__ = ["Gateway"]
 
@@ -100,6 +102,9 @@ class Gateway:
         #: the last restarts seen, newest last
         self.restarts: list[Restart] = []
         self._restarts_lock = threading.Lock()
+        #: holds units placed at a new shard count while the old count's are in flight (``_reshard_barrier``)
+        self.barrier = ReshardBarrier(self._deliver)
+        self._arrivals = itertools.count()
         self._in_flight = 0
         self._room = threading.Condition()
         self._completed_items = 0
@@ -276,13 +281,22 @@ class Gateway:
                     group.append(index)
         sizes = pending.sizes
         workers = self.workers
+        count = len(placement)
         for shard, group in groups.items():
-            worker = workers.get(shard)
-            if worker is None:  # placed at an offset before a reshard removed the shard: place them anew
+            if shard not in workers:  # placed at an offset before a reshard removed the shard: place them anew
                 self._route(pending, group, front=front)
                 continue
             size = sum(sizes[i] for i in group) if sizes is not None else 0
-            worker.put([Unit(pending, group, offset, size)], front=front)
+            self.barrier.send(shard, Unit(pending, group, offset, size, count), front=front)
+
+    def _deliver(self, shard: str, unit: Unit, front: bool) -> None:
+        """The barrier lets ``unit`` go: to its shard's worker, or placed anew if a reshard removed the shard
+        while it waited."""
+        worker = self.workers.get(shard) or self.retired.get(shard)
+        if worker is None:
+            self._route(unit.pending, unit.indices, front=front)
+        else:
+            worker.put([unit], front=front)
 
     def reroute(self, units: Sequence[Unit], shard_offset: int, events: Sequence[tuple[int, bytes]] = ()) -> None:
         """A shard was at a newer config than these items were routed at: catch up (with ``events``, the log
@@ -318,7 +332,7 @@ class Gateway:
         ``(config offset, shard keys)`` of the items at some indices (None: all); by default each item's
         metric tags, for items that start ``(quota type, user, client_id)``."""
         self.admit(len(items), wait_s)
-        pending = Pending(kind, items, route if route is not None else self._resolve_tags)
+        pending = Pending(kind, items, route if route is not None else self._resolve_tags, next(self._arrivals))
         if sizes is not None:
             if len(sizes) != len(items):
                 raise ValueError(f"{len(items)} items but {len(sizes)} sizes")
@@ -396,5 +410,6 @@ class Gateway:
             "in_flight_items": self._in_flight,
             "reroutes": self.reroutes,
             "fence_handovers": self.fence_handovers,
+            "reshard_held_units": self.barrier.held_units,
             "shards": {s: {"batches": w.batches, "items": w.items} for s, w in self.workers.items()},
         }
