@@ -20,6 +20,13 @@ What it measures
     In the same process a baseline loop does one dict increment per record over the same items
     (``d[key] = d.get(key, 0.0) + value``): the cheapest per-record work Python can do.
 
+    The paths above run with KIP-786's quota-value metric off (``ClientQuotaManagerConfig``'s default, as in
+    Kafka), so their figures compare across commits. quotaplane's shards run with it on by default
+    (``client.quota.value.metric.enable``), so ``batch_1000`` and ``per_call`` also run with it on, interleaved
+    with the others in the same repeats: ``results.quota_value_metric`` gives both figures and the registry's
+    size per entity (sensors, metrics, and bytes allocated, measured with ``tracemalloc`` over the warm-up that
+    creates every entity's sensors) with it off and on.
+
 How to read the ratio
     ``ratios[path] = baseline_dict_increments_per_s / path_records_per_s``: how many times slower
     than a bare dict increment recording one request through that path is. It cancels most of the
@@ -50,6 +57,7 @@ import pstats
 import random
 import sys
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -198,9 +206,11 @@ def build_workload(entities: int, records: int, seed: int) -> Workload:
     return Workload(pairs, quotas, level_counts, _resolved_levels(pairs, quotas), items, warmup, times)
 
 
-def new_manager(workload: Workload) -> ClientQuotaManager:
+def new_manager(workload: Workload, *, quota_value: bool = False) -> ClientQuotaManager:
     config = ClientQuotaManagerConfig(
-        num_quota_samples=NUM_QUOTA_SAMPLES, quota_window_size_seconds=QUOTA_WINDOW_SIZE_SECONDS
+        num_quota_samples=NUM_QUOTA_SAMPLES,
+        quota_window_size_seconds=QUOTA_WINDOW_SIZE_SECONDS,
+        client_quota_value_metric_enable=quota_value,
     )
     manager = ClientQuotaManager(config, QuotaType.PRODUCE)
     for entity, bound in workload.quotas:
@@ -256,13 +266,15 @@ class Path:
     timed: Callable[[ClientQuotaManager | None], object]
     best_s: float = math.inf
     throttles: list[int] | None = None
+    #: KIP-786's quota-value metric on in the path's manager
+    quota_value: bool = False
 
 
 def _timed_run(path: Path, workload: Workload) -> None:
     manager = None
     warm: list[int] = []
     if path.warm is not None:
-        manager = new_manager(workload)
+        manager = new_manager(workload, quota_value=path.quota_value)
         warm = path.warm(manager)
     gc.collect()
     t0 = time.perf_counter()
@@ -288,17 +300,54 @@ def _fail(what: str, expected: Sequence[int], got: Sequence[int]) -> NoReturn:
 
 
 def check_batches(workload: Workload, batch_sizes: Sequence[int]) -> None:
-    """Each batch path equals one-by-one calls at the batch's ``now_ms`` (exit 1 otherwise)."""
+    """Each batch path equals one-by-one calls at the batch's ``now_ms`` (exit 1 otherwise), with the quota-value
+    metric off and on; the throttles never depend on that metric."""
     items, w = workload.items, workload.warmup
     for size in batch_sizes:
         times = workload.times
-        expected = per_call(new_manager(workload), items, batch_times(times[:w], size) + batch_times(times[w:], size))
-        manager = new_manager(workload)
-        got = batched(manager, batches_of(items[:w], times[:w], size)) + batched(
-            manager, batches_of(items[w:], times[w:], size)
-        )
-        if got != expected:
-            _fail(f"record_batch(size={size}) vs record_and_get_throttle_time_ms", expected, got)
+        per_item = batch_times(times[:w], size) + batch_times(times[w:], size)
+        expected = per_call(new_manager(workload), items, per_item)
+        for quota_value in (False, True):
+            manager = new_manager(workload, quota_value=quota_value)
+            got = batched(manager, batches_of(items[:w], times[:w], size)) + batched(
+                manager, batches_of(items[w:], times[w:], size)
+            )
+            if got != expected:
+                _fail(
+                    f"record_batch(size={size}, quota_value={quota_value}) vs record_and_get_throttle_time_ms",
+                    expected,
+                    got,
+                )
+        if size == max(batch_sizes):
+            got = per_call(new_manager(workload, quota_value=True), items, per_item)
+            if got != expected:
+                _fail("per-call with the quota-value metric on vs off", expected, got)
+
+
+def registry_size(workload: Workload, quota_value: bool) -> dict[str, float]:
+    """The registry a manager holds once every entity has recorded (the warm-up), per (user, client id) pair:
+    sensors, metrics, and bytes allocated by the manager and the warm-up (tracemalloc)."""
+    items, times, w = workload.items, workload.times, workload.warmup
+    warm_batches = batches_of(items[:w], times[:w], max(BATCH_SIZES))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        manager = new_manager(workload, quota_value=quota_value)
+        batched(manager, warm_batches)
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    allocated = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    entities = len(workload.pairs)
+    return {
+        "sensors": len(manager.metrics.sensors),
+        "metrics": len(manager.metrics.metrics),
+        "sensors_per_entity": round(len(manager.metrics.sensors) / entities, 3),
+        "metrics_per_entity": round(len(manager.metrics.metrics) / entities, 3),
+        "bytes_per_entity": round(allocated / entities),
+    }
 
 
 def run(workload: Workload, repeats: int) -> tuple[dict[str, Path], int]:
@@ -320,6 +369,22 @@ def run(workload: Workload, repeats: int) -> tuple[dict[str, Path], int]:
             lambda m, b=warm_batches: batched(m, b),
             lambda m, b=timed_batches: batched(m, b),
         )
+    # the same paths with KIP-786's quota-value metric on (quotaplane's default), in the same repeats
+    big = max(BATCH_SIZES)
+    warm_batches = batches_of(warm_items, warm_times, big)
+    timed_batches = batches_of(timed_items, timed_times, big)
+    paths[f"batch_{big}_quota_value_on"] = Path(
+        f"batch_{big}_quota_value_on",
+        lambda m, b=warm_batches: batched(m, b),
+        lambda m, b=timed_batches: batched(m, b),
+        quota_value=True,
+    )
+    paths["per_call_quota_value_on"] = Path(
+        "per_call_quota_value_on",
+        lambda m: per_call(m, warm_items, warm_times),
+        lambda m: per_call(m, timed_items, timed_times),
+        quota_value=True,
+    )
     paths["baseline"] = Path("baseline", None, lambda _m: dict_baseline(timed_items))
     dict_baseline(warm_items)  # warm the baseline loop too
     for _ in range(repeats):
@@ -363,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_batches(workload, BATCH_SIZES)
     paths, n = run(workload, args.repeats)
     rates = {name: n / path.best_s for name, path in paths.items()}
+    big = max(BATCH_SIZES)
     baseline = rates.pop("baseline")
     timed_slice = slice(workload.warmup, None)
     throttled = {
@@ -410,6 +476,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "throttled_fraction_by_path": {name: round(f, 4) for name, f in throttled.items()},
             "best_seconds": {name: round(path.best_s, 4) for name, path in paths.items()},
             "check": "record_batch == per-call throttle lists for every batch size",
+            "quota_value_metric": {
+                "note": "KIP-786 quota-value metric off (Kafka's default; the paths above) vs on (quotaplane's "
+                "default), same run, same workload",
+                f"batch_{big}_off_records_per_s": round(rates[f"batch_{big}"]),
+                f"batch_{big}_on_records_per_s": round(rates[f"batch_{big}_quota_value_on"]),
+                f"batch_{big}_on_over_off": round(rates[f"batch_{big}_quota_value_on"] / rates[f"batch_{big}"], 3),
+                "per_call_off_records_per_s": round(rates["per_call"]),
+                "per_call_on_records_per_s": round(rates["per_call_quota_value_on"]),
+                "per_call_on_over_off": round(rates["per_call_quota_value_on"] / rates["per_call"], 3),
+                "registry_off": registry_size(workload, False),
+                "registry_on": registry_size(workload, True),
+            },
         },
         "machine": machine(),
     }

@@ -5,6 +5,8 @@ A config change never resets usage: a quota change swaps the bound of the live s
 stay), a client-metrics change replaces one subscription, a connection limit is reconfigured in place.
 Keys Kafka reads only at start-up (quota windows, ``telemetry.max.bytes``, producer-id filter settings)
 are collected in ``restart_required`` and read by :func:`startup_configs` when managers are built.
+``client.quota.value.metric.enable`` (KIP-786) is read-only in Kafka but dynamic here: :func:`startup_configs`
+gives its value to managers being built, and a change switches the live managers' quota-value metric at once.
 
 ``node_id`` is the node whose BROKER overrides apply (its own value, else the cluster default ``""``);
 ``None`` is a fleet-wide shard, which reads the cluster default only and ignores topic throttled
@@ -70,8 +72,10 @@ _QUOTA_STARTUP_KEYS = (
     "replication.quota.window.size.seconds",
     "alter.log.dirs.replication.quota.window.num",
     "alter.log.dirs.replication.quota.window.size.seconds",
-    "client.quota.value.metric.enable",
+    "client.quota.value.metric.enable",  # also dynamic (QUOTA_VALUE_METRIC_CONFIG): read here for a build
 )
+#: KIP-786's switch: applied to the live managers by ``ManagerBinding`` (a restart is not needed).
+QUOTA_VALUE_METRIC_CONFIG = "client.quota.value.metric.enable"
 _CLIENT_QUOTA_MANAGERS = {
     PRODUCER_BYTE_RATE: "produce",
     CONSUMER_BYTE_RATE: "fetch",
@@ -231,6 +235,13 @@ class ManagerBinding:
                 getattr(self.quotas, _REPLICATION_RATE_KEYS[name]).update_quota(
                     None if rate is None else float(rate)  # type: ignore[arg-type]
                 )
+        elif name == QUOTA_VALUE_METRIC_CONFIG:
+            if self.quotas is not None:
+                # unset (deleted): the spec's default (on), what a shard built now would use
+                spec = broker_config_spec(name)
+                assert spec is not None and spec.default is not None
+                enabled = _typed(name, value if value is not None else spec.default)
+                self.quotas.set_quota_value_metric_enabled(enabled is True)
         elif name != SHARD_COUNT_CONFIG:  # the shard count is placement, acted on by the shard host
             self.restart_required.add(name)
 

@@ -156,7 +156,14 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigKeySpec]] = _specs(
     _int("replication.quota.window.size.seconds", 1, 1, dynamic=False),
     _int("alter.log.dirs.replication.quota.window.num", 11, 1, dynamic=False),
     _int("alter.log.dirs.replication.quota.window.size.seconds", 1, 1, dynamic=False),
-    ConfigKeySpec("client.quota.value.metric.enable", ConfigType.BOOLEAN, "false", dynamic=False, doc="KIP-786"),
+    # KIP-786: read-only and off by default in Kafka; on by default and dynamic in quotaplane (turning it off
+    # removes the quota-value series of live sensors at once, turning it on adds them)
+    ConfigKeySpec(
+        "client.quota.value.metric.enable",
+        ConfigType.BOOLEAN,
+        "true",
+        doc="KIP-786 quota-value metric per entity (on by default in quotaplane, off in Kafka; dynamic)",
+    ),
     # KIP-714
     _int("telemetry.max.bytes", 1024 * 1024, 1, dynamic=False),
     # KIP-936 producer-id quota (the filter shape is quotaplane's)

@@ -70,7 +70,10 @@ class ClientQuotaManagerConfig:
     """Sampling of client quotas (Kafka's ``quota.window.num`` and ``quota.window.size.seconds``).
 
     ``client_quota_value_metric_enable`` (KIP-786) adds a ``quota-value`` metric per sensor holding
-    the bound enforced; when false no such sensor exists at all.
+    the bound enforced; when false no such sensor exists at all. Off by default here as in Kafka's
+    class; quotaplane's broker config (``QuotaConfig``, ``client.quota.value.metric.enable``) turns it on
+    by default, so a shard's managers have it unless an operator turns it off.
+    ``ClientQuotaManager.set_quota_value_metric_enabled`` switches it at runtime.
 
     >>> ClientQuotaManagerConfig(num_quota_samples=11, quota_window_size_seconds=1).quota_window_ms
     1000
@@ -103,6 +106,9 @@ class ClientSensors:
     quota_value_sensor: Sensor | None = None
     #: The quota sensor's only metric when recording into it is "one Rate, then check": the fast path.
     rate_metric: KafkaMetric | None = None
+    #: The quota-value sensor's Value holds the bound (kept so by ``_set_quota_limit`` while these sensors are
+    #: cached): recording the bound into it again changes only its time, which is all the fast paths do.
+    value_holds_bound: bool = False
 
 
 def _check_value(value: object) -> float:
@@ -242,10 +248,10 @@ class ClientQuotaManager:
         self._quota_value_enabled = config.client_quota_value_metric_enable and self.supports_quota_value_metric
         # (user, client id) -> sensors; valid until a quota changes or a sensor is removed.
         self._sensors: dict[tuple[str, str], ClientSensors] = {}
-        # user -> client id -> (quota sensor, its rate metric, the Rate) of the cached sensors on the fast path
-        # with no quota-value sensor to feed: what record_batch unpacks per item. Two lookups of strings whose
+        # user -> client id -> (quota sensor, its rate metric, the Rate, the quota-value sensor or None) of the
+        # cached sensors on the fast path: what record_batch unpacks per item. Two lookups of strings whose
         # hashes are cached cost less than building and hashing a (user, client id) key
-        self._fast_paths: dict[str, dict[str, tuple[Sensor, KafkaMetric, Rate]]] = {}
+        self._fast_paths: dict[str, dict[str, tuple[Sensor, KafkaMetric, Rate, Sensor | None]]] = {}
         self._sensors_removed_seen = self.metrics.sensors_removed
         self._metric_configs: dict[float, MetricConfig] = {}  # see quota_metric_config
 
@@ -329,7 +335,8 @@ class ClientQuotaManager:
 
         ``_record`` written out in the loop for sensors on the fast path, with every lookup that does not
         depend on the item hoisted: per item two dict lookups, one ``Rate.record_and_measure`` and the
-        bound comparison. A client without cached fast-path sensors goes through ``_record``.
+        bound comparison (and, with KIP-786's metric on, the quota-value sensor's time). A client without
+        cached fast-path sensors goes through ``_record``.
         """
         self._cached_sensors()  # empties the caches if a sensor was removed since
         fast_paths = self._fast_paths
@@ -342,10 +349,14 @@ class ClientQuotaManager:
         append = results.append
         for user, client_id, value, now_ms in items:
             try:
-                quota_sensor, metric, rate = fast_paths[user][client_id]
+                quota_sensor, metric, rate, value_sensor = fast_paths[user][client_id]
             except KeyError:
                 append(record_one(sensors_for(user, client_id, now_ms), value, now_ms))
                 continue
+            if value_sensor is not None:
+                # recording the bound into the quota-value sensor (what ``_record`` does) changes only its
+                # time: its Value already holds the bound, which ``_set_quota_limit`` keeps current
+                value_sensor.last_record_time_ms = now_ms
             quota_sensor.last_record_time_ms = now_ms
             config = metric.config
             quota = config.quota
@@ -364,8 +375,12 @@ class ClientQuotaManager:
     def _record(self, sensors: ClientSensors, value: float, now_ms: int) -> int:
         """Record into a client's quota sensor and return the throttle time (0 within quota)."""
         quota_sensor = sensors.quota_sensor
-        if sensors.quota_value_sensor is not None:
-            sensors.quota_value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
+        value_sensor = sensors.quota_value_sensor
+        if value_sensor is not None:
+            if sensors.value_holds_bound:
+                value_sensor.last_record_time_ms = now_ms
+            else:
+                value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
         metric = sensors.rate_metric
         if metric is None:
             try:
@@ -512,6 +527,65 @@ class ClientQuotaManager:
             if value_metric is not None:
                 value_metric.stat.value = limit
 
+    @property
+    def quota_value_metric_enabled(self) -> bool:
+        """Whether this manager keeps KIP-786's ``quota-value`` sensors now."""
+        return self._quota_value_enabled
+
+    def set_quota_value_metric_enabled(self, enabled: bool) -> None:
+        """Switch KIP-786's ``quota-value`` metric at runtime (quotaplane's ``client.quota.value.metric.enable``
+        is a dynamic config; Kafka's is read at start-up only).
+
+        Off: every quota-value sensor of this manager is removed with its metric, so the series leaves the
+        registry (and the next scrape). On: every live quota sensor gets its quota-value sensor at once, holding
+        its current bound and idle since the quota sensor's last recording, so it expires with the client's
+        other sensors; clients seen later get theirs on creation, as before. Usage is never touched. A manager
+        whose kind has no quota-value metric (controller mutations) ignores the switch.
+        """
+        if not isinstance(enabled, bool):
+            raise ValueError(f"enabled must be a bool, got {enabled!r}")
+        enabled = enabled and self.supports_quota_value_metric
+        if enabled == self._quota_value_enabled:
+            return
+        self._quota_value_enabled = enabled
+        self._clear_sensor_cache()  # cached entries name the quota-value sensor (or its absence)
+        metrics = self.metrics
+        if not enabled:
+            prefix = f"{self.quota_type}QuotaValue-"
+            for name in [name for name in metrics.sensors if name.startswith(prefix)]:
+                metrics.remove_sensor(name)
+            return
+        probe = self.client_quota_metric_name({})
+        quota_names = [name for name in metrics.metrics if name.name == probe.name and name.group == probe.group]
+        for metric_name in quota_names:
+            tags = metric_name.tags
+            suffix = ":".join(tags.values())
+            quota_sensor = metrics.get_sensor(f"{self.quota_type}-{suffix}")
+            if quota_sensor is None:
+                continue
+            self._quota_value_sensor(suffix, tags, quota_sensor, quota_sensor.last_record_time_ms)
+
+    def _quota_value_sensor(self, suffix: str, tags: Mapping[str, str], quota_sensor: Sensor, now_ms: int) -> Sensor:
+        """The quota-value sensor of a set of metric tags, created holding ``quota_sensor``'s bound when
+        missing (idle since ``now_ms``)."""
+        name = f"{self.quota_type}QuotaValue-{suffix}"
+        value_sensor = self.metrics.get_sensor(name)
+        if value_sensor is None:
+            value_sensor = self._new_sensor(name, now_ms)
+            value_sensor.add(self.quota_value_metric_name(tags), Value())
+            value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
+        return value_sensor
+
+    @staticmethod
+    def _holds_bound(value_sensor: Sensor, quota_sensor: Sensor) -> bool:
+        """True if recording the bound into ``value_sensor`` would change nothing but its time: its only
+        metric is a ``Value`` already holding ``quota_sensor``'s bound (the fast path then skips the record)."""
+        metrics = value_sensor.metrics
+        if len(metrics) != 1 or value_sensor.parents or not value_sensor.should_record():
+            return False
+        stat = metrics[0].stat
+        return type(stat) is Value and stat.value == ClientQuotaManager._bound_of(quota_sensor)
+
     # --- sensors -----------------------------------------------------------------------------------
     def get_or_create_quota_sensors(self, user: str, client_id: str, now_ms: int) -> ClientSensors:
         """The sensors a client records into, created (idle since ``now_ms``) when missing."""
@@ -535,20 +609,28 @@ class ClientQuotaManager:
             )
         value_sensor = None
         if self._quota_value_enabled:
-            value_sensor = metrics.get_sensor(f"{quota_type}QuotaValue-{suffix}")
-            if value_sensor is None:
-                value_sensor = self._new_sensor(f"{quota_type}QuotaValue-{suffix}", now_ms)
-                value_sensor.add(self.quota_value_metric_name(tags), Value())
-                value_sensor.record(self._bound_of(quota_sensor), now_ms, check_quotas=False)
+            value_sensor = self._quota_value_sensor(suffix, tags, quota_sensor, now_ms)
         rate_metric = _single_rate_metric(quota_sensor)
-        sensors = ClientSensors(tags, quota_sensor, throttle_sensor, value_sensor, rate_metric)
+        # only for sensors that are cached (not with a custom callback): the cache is emptied when a bound changes
+        holds = (
+            value_sensor is not None
+            and rate_metric is not None
+            and not self._custom
+            and self._holds_bound(value_sensor, quota_sensor)
+        )
+        sensors = ClientSensors(tags, quota_sensor, throttle_sensor, value_sensor, rate_metric, holds)
         if self._custom:
             if self.quota_callback.quota_reset_required(self.client_quota_type):
                 self.update_quota_metric_configs()
         else:
             self._sensors[key] = sensors
-            if rate_metric is not None and value_sensor is None:
-                self._fast_paths.setdefault(user, {})[client_id] = (quota_sensor, rate_metric, rate_metric.stat)
+            if rate_metric is not None and (value_sensor is None or holds):
+                self._fast_paths.setdefault(user, {})[client_id] = (
+                    quota_sensor,
+                    rate_metric,
+                    rate_metric.stat,
+                    value_sensor,
+                )
         return sensors
 
     def quota_sensor_for_tags(self, metric_tags: Mapping[str, str], now_ms: int) -> Sensor:

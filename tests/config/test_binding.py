@@ -156,7 +156,7 @@ def test_start_up_keys_wait_for_a_restart_and_build_the_next_managers(tmp_path: 
                     [
                         AlterConfigOp("quota.window.num", OpType.SET, "5"),
                         AlterConfigOp("telemetry.max.bytes", OpType.SET, "2048"),
-                        AlterConfigOp("client.quota.value.metric.enable", OpType.SET, "true"),
+                        AlterConfigOp("client.quota.value.metric.enable", OpType.SET, "false"),
                         AlterConfigOp("producer.id.quota.window.size.seconds", OpType.SET, "60"),
                     ],
                 ),
@@ -164,16 +164,16 @@ def test_start_up_keys_wait_for_a_restart_and_build_the_next_managers(tmp_path: 
             ],
             now_ms=T0,
         )
+        # KIP-786's switch is dynamic in quotaplane: applied at once (tests/quota/test_quota_value_dynamic.py)
         assert binding.restart_required == {
             "quota.window.num",
             "telemetry.max.bytes",
-            "client.quota.value.metric.enable",
             "producer.id.quota.window.size.seconds",
         }
         fleet = startup_configs(store.image)
         node3 = startup_configs(store.image, node_id=3)
     assert (fleet.quota.quota_window_num, fleet.quota.quota_window_size_seconds) == (5, 1)
-    assert fleet.quota.client_quota_value_metric_enable is True
+    assert fleet.quota.client_quota_value_metric_enable is False  # read for the next build too (on by default)
     assert fleet.telemetry_max_bytes == 2048
     assert fleet.producer_ids.quota_window_size_seconds == 60
     assert node3.quota.quota_window_size_seconds == 2

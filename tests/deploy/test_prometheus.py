@@ -1,9 +1,9 @@
 """The Prometheus configurations quotaplane ships, loaded by a real Prometheus server (Debian's 2.42 package).
 
 - ``deploy/prometheus/prometheus.yml`` + ``rules.yml`` scrape a running ``quotaplane up`` (the real CLI, a
-  private local Ray) on loopback, after ``quotaplane configs`` turned the quota-value metric on and ``up``
-  restarted. The shipped file is used as it is, with three test-only changes: the target is
-  the port ``up`` picked (a fixed 9464 could be taken), intervals are 1 s instead of 15 s, and the rule file's
+  private local Ray) on loopback, with nothing configured but alice's quota: KIP-786's quota-value metric is on
+  by default in quotaplane (off in Kafka). The shipped file is used as it is, with three test-only changes: the
+  target is the port ``up`` picked (a fixed 9464 could be taken), intervals are 1 s instead of 15 s, and the rule file's
   path is made absolute (the config is written to a temp dir). A client that keeps sending at twice its quota
   makes the quota-value ratio rule evaluate, and the near-quota and ignoring-throttles alerts go pending.
 - The chart's ``<release>-prometheus`` ConfigMap (a DNS-SRV scrape job for the headless metrics Service and
@@ -48,32 +48,6 @@ def shipped_config_for(metrics_address: str, workdir: Path) -> Path:
     return path
 
 
-def enable_quota_value_metric(data_dir: Path, env: dict[str, str]) -> None:
-    """What the chart's NOTES tell an operator: KIP-786's quota-value metric is a start-up key (off by default,
-    as in Kafka), set with ``quotaplane configs`` and used once the shards restart, here by restarting ``up``."""
-    up = Up(data_dir, free_port(), env)
-    try:
-        up.wait_ready()
-        assert ok(
-            env,
-            up.address,
-            "configs",
-            "--alter",
-            "--entity-type",
-            "brokers",
-            "--entity-default",
-            "--add-config",
-            "client.quota.value.metric.enable=true",
-        ) == [
-            "Completed updating default config for brokers in the cluster.",
-            "Note: client.quota.value.metric.enable is a start-up config: the change takes effect when the shards "
-            "restart.",
-        ]
-    finally:
-        code, _ = up.terminate()
-    assert code == 0
-
-
 class Producer:
     """alice/c1 sending 10 kB every 0.5 s through up's QuotaService, never waiting out a throttle: twice her
     quota. Answers are collected to show the gateway did throttle her."""
@@ -101,7 +75,6 @@ class Producer:
 
 def test_shipped_config_and_rules_scrape_a_running_up(env: dict[str, str], short_dir: Path, tmp_path: Path) -> None:
     data_dir = short_dir / "data"
-    enable_quota_value_metric(data_dir, env)
     up = Up(data_dir, free_port(), env)
     producer: Producer | None = None
     prometheus: PrometheusServer | None = None

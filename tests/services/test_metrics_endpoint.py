@@ -45,7 +45,7 @@ def now_ms() -> int:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     data_dir = tmp_path_factory.mktemp("qp")
-    # KIP-786's quota-value metric is a start-up key: set it in the log before the shards build managers.
+    # KIP-786's quota-value metric, set in the log (it is on by default too: test_quota_value_endpoint.py).
     with ConfigStore.open(data_dir / "config", fsync=False) as store:
         ops = [AlterConfigOp("client.quota.value.metric.enable", OpType.SET, "true")]
         results = store.incremental_alter_configs(

@@ -34,8 +34,13 @@ any other group            ``kafka_quota_<group>_<name>``                ``kafka
 ``<group>`` is lower-cased with every run of characters outside ``[a-z0-9]`` made one ``_``; ``<name>``
 the same (``byte-rate`` -> ``byte_rate``, ``quota-value`` -> ``quota_value``, KIP-786, present when
 ``client.quota.value.metric.enable`` is true; an entity without a quota shows Kafka's bound
-``Long.MAX_VALUE``). Kafka tag names become label names the same way (``client-id`` -> ``client_id``;
-``user``, ``ip``, ``listener`` unchanged) and tag values are kept as Kafka has them (``user`` is
+``Long.MAX_VALUE``). **That switch differs from Kafka's**: on by default, and dynamic (Kafka's is a read-only
+broker config, off by default), so an entity's bound is on this page as soon as the entity is active under a
+quota, beside its usage; turning it off (``quotaplane configs ... --add-config
+client.quota.value.metric.enable=false``) removes the series of every live entity from the shards' registries,
+and so from the next scrape, and turning it on again restores them with their current bounds, with no restart.
+Kafka tag names become label names the same way (``client-id`` -> ``client_id``; ``user``, ``ip``,
+``listener`` unchanged) and tag values are kept as Kafka has them (``user`` is
 Kafka-sanitized; an empty tag such as ``user=""`` under a client-id quota is, for Prometheus, no label).
 Every Kafka metric is a gauge (Kafka's stats are measured at the scrape: windowed rates, averages, token
 counts). Units are Kafka's (bytes/s, ms, percent), not renamed to Prometheus' base units.
