@@ -44,12 +44,16 @@ The Spark jobs (``quotaplane.spark``) run on an embedded ``local[*]`` Spark, or 
 Each prints one JSON summary line; bad input (a missing path, nothing to read, corruption the job
 cannot skip) is one ``Error:`` line and exit 1, before anything is written.
 
+``quotaplane top`` is a refreshed terminal view of a running cluster's metrics endpoint (``--metrics``):
+tenants by usage / quota, throttled clients, and with ``--throttle-report DIR`` the clients ignoring
+throttles; ``--once`` prints one frame (:mod:`quotaplane.services.top`, options in ``_top.py``).
+
 One module per concern, so each command can be read (and changed) alone: ``_parser.py`` assembles the
 subcommands; ``_admin.py`` the admin commands' options and runner over ``_admin_client.py`` (a typed
 AdminService client: one method per RPC, each with the deadline and metadata), ``_quotas.py`` (``quotas``,
 ``log``), ``_configs.py`` (``configs``, ``client-metrics``), ``_entities.py`` (kafka-configs.sh's entity
-options) and ``_kafka_format.py`` (the text of Kafka's tools); ``_up.py``, ``_spark.py`` and ``_demo.py``
-the rest; ``_errors.py`` how every command fails.
+options) and ``_kafka_format.py`` (the text of Kafka's tools); ``_up.py``, ``_spark.py``, ``_top.py`` and
+``_demo.py`` the rest; ``_errors.py`` how every command fails.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from ._admin import run_admin
 from ._demo import run_demo_command
 from ._parser import build_parser
 from ._spark import SPARK_COMMANDS, run_spark
+from ._top import run_top
 from ._up import run_up
 
 __all__ = ["build_parser", "main"]
@@ -77,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_up(args)
         if args.command in SPARK_COMMANDS:
             return run_spark(args)
+        if args.command == "top":
+            return run_top(args)
         return run_admin(args)
     except BrokenPipeError:  # `quotaplane ... | head`: the reader left; exit quietly as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -13,6 +13,7 @@ from quotaplane import __version__
 from ._admin import add_admin_commands
 from ._demo import add_demo_command
 from ._spark import add_spark_commands
+from ._top import add_top_command
 from ._up import add_up_command
 
 __all__ = ["build_parser"]
@@ -30,4 +31,5 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin_commands(commands)
     add_up_command(commands)
     add_spark_commands(commands)
+    add_top_command(commands)
     return parser
