@@ -31,7 +31,9 @@ def run(
 
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
-    _ray._start_private_ray(SimpleNamespace(ray_temp_dir=temp_dir), 1, {})
+    _ray._start_private_ray(
+        SimpleNamespace(ray_temp_dir=temp_dir, ray_dashboard_port=None, ray_dashboard_url=None), 1, {}
+    )
     return calls
 
 
