@@ -55,6 +55,7 @@ __all__ = [
     "SegmentContents",
     "TornTail",
     "decode_segment_bytes",
+    "iter_segment_batches",
     "iter_segment_bytes",
     "iter_segments",
     "read_segment",
@@ -127,6 +128,16 @@ def _scan(data: bytes, name: str) -> Iterator[tuple[BatchHeader, list[ArchiveRec
             raise ArchiveCorruptError(name, pos, f"{problem}, and a valid batch follows at offset {later}")
         yield TornTail(name, pos, end - pos, problem)
         return
+
+
+def iter_segment_batches(data: bytes, name: str) -> Iterator[tuple[BatchHeader, list[ArchiveRecord]] | TornTail]:
+    """A segment's records in bulk: each valid batch's header with all its records, then a ``TornTail``
+    last if the file ends in one (returned, not logged: the caller decides how to report it).
+
+    The bulk form of ``iter_segment_bytes`` for column builders (a Spark job turning a batch into
+    Arrow arrays at once); the same checks, the same ArchiveCorruptError.
+    """
+    return _scan(data, name)
 
 
 def iter_segment_bytes(

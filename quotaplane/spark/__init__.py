@@ -6,7 +6,8 @@
   segments into one Parquet row per OTLP data point, partitioned by date and hour, plus per-minute
   rollups per client instance and metric;
 - :func:`throttle_report` (``quotaplane throttle-report``): the shards' throttle archive joined with
-  what clients themselves pushed, naming the clients that ignore ``throttle_time_ms``.
+  what clients themselves pushed, naming the clients that ignore ``throttle_time_ms``, with a static HTML
+  report (``report.html``) of the worst tenants over time.
 
 Every job runs on an embedded ``local[*]`` Spark by default and on any master given (``spark_session``).
 The executors run quotaplane's own decoders (frames, CRC32C, zstd, OTLP), so their Python must have

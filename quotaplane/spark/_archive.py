@@ -3,10 +3,11 @@
 The driver lists the ``date=/hour=`` directories of ``<root>/<stream>`` with Hadoop's file system API
 (so roots may be local paths or any URI Spark reads: ``hdfs://``, ``s3a://``...), keeps the hours asked
 for, and hands those directories to Spark's ``binaryFile`` source (``*.seg`` only: hidden ``.*.tmp``
-files of segments being created are skipped). Executors decode each file whole with
-``decode_segment_bytes``; a corrupt file is reported (path and reason) through an accumulator and
-skipped, so the other files still count. A torn tail (a write in progress, or a crash) is not an
-error: the records before it are kept, as every archive reader does.
+files of segments being created are skipped). Executors decode each file whole with the archive's
+reader (``decode_segment_bytes``, or its bulk form ``iter_segment_batches`` for ``read_stream_arrow``,
+which hands Spark Arrow columns instead of pickled rows); a corrupt file is reported (path and reason)
+through an accumulator and skipped, so the other files still count. A torn tail (a write in progress, or
+a crash) is not an error: the records before it are kept, as every archive reader does.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from ._session import JobInputError
 from ._util import SetAccumulator
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark import RDD
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["HourDir", "list_hour_dirs", "read_stream"]
+__all__ = ["HourDir", "list_hour_dirs", "read_stream", "read_stream_arrow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +126,53 @@ def read_stream(
             seen.add(hour_ms)
 
     return files.rdd.flatMap(decode)
+
+
+#: What ``read_stream_arrow``'s ``to_batches`` is called with: the segment's path, its hour (epoch ms), its
+#: bytes, and ``bad_record(record, reason)`` to report a record it skips; it yields Arrow record batches and
+#: raises ArchiveCorruptError for a corrupt file (the archive reader's own error).
+ToBatches = Callable[[str, int, bytes, Callable[[Any, str], None]], Iterable["pa.RecordBatch"]]
+
+
+def read_stream_arrow(
+    spark: SparkSession,
+    hour_dirs: Iterable[HourDir],
+    to_batches: ToBatches,
+    schema: str,
+    errors: SetAccumulator,
+    seen: SetAccumulator | None = None,
+) -> DataFrame:
+    """A DataFrame (``schema``) of ``to_batches(path, hour_ms, content, bad_record)`` over the segments
+    in ``hour_dirs``, through ``mapInArrow``: the columnar twin of ``read_stream``, with the same rules
+    (files that are not segments skipped, a corrupt file reported whole in ``errors``, a record
+    ``to_batches`` refuses reported alone, ``seen`` the hours of the files that gave rows). Rows cross
+    from Python to the JVM as Arrow columns, not as pickled tuples.
+    """
+    paths = [h.path for h in hour_dirs]
+    files = spark.read.format("binaryFile").option("pathGlobFilter", "*.seg").load(paths).select("path", "content")
+
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            paths, contents = batch.column("path"), batch.column("content")
+            for i in range(batch.num_rows):  # one file's bytes in Python at a time
+                yield from _decode_file(paths[i].as_py(), contents[i].as_py())
+
+    def _decode_file(path: str, content: bytes) -> Iterator[pa.RecordBatch]:
+        hour_ms = _hour_of_path(path)
+        if hour_ms is None:
+            return
+
+        def bad_record(record: Any, reason: str) -> None:
+            errors.add((path, f"{path}: record at {record.time_ms} ms skipped: {reason}"))
+
+        try:
+            # decode the whole file before handing anything on: a corrupt file gives no rows at all
+            out = [b for b in to_batches(path, hour_ms, content, bad_record) if b.num_rows]
+        except ArchiveCorruptError as exc:
+            errors.add((path, str(exc)))
+            return
+        if out and seen is not None:
+            seen.add(hour_ms)
+        yield from out
+
+    return files.mapInArrow(decode, schema)

@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 from quotaplane.archive import ArchiveRecord
 from quotaplane.exporters.archive import TELEMETRY_STREAM
 
-from ._archive import list_hour_dirs, read_stream
+from ._archive import list_hour_dirs, read_stream_arrow
+from ._arrow_telemetry import any_value_text, segment_point_batches
 from ._session import JobInputError
 from ._util import SetAccumulator
 
@@ -74,25 +75,16 @@ class TelemetryCompaction:
     errors: tuple[tuple[str, str], ...]
 
 
-def _any_value(value: Any) -> str:
-    kind = value.WhichOneof("value")
-    if kind is None:
-        return ""
-    if kind in ("string_value", "int_value", "double_value"):
-        return str(getattr(value, kind))
-    if kind == "bool_value":
-        return "true" if value.bool_value else "false"
-    if kind == "bytes_value":
-        return value.bytes_value.hex()
-    return str(getattr(value, kind)).replace("\n", " ")  # arrays and kvlists: their text form
-
-
 def _attributes(kvs: Any) -> dict[str, str] | None:
-    return {kv.key: _any_value(kv.value) for kv in kvs} if kvs else None
+    return {kv.key: any_value_text(kv.value) for kv in kvs} if kvs else None
 
 
 def points_of_record(path: str, hour_ms: int, record: ArchiveRecord) -> Iterator[tuple]:
-    """One ``POINT_SCHEMA`` row per data point of one archived push; ValueError if the body is not OTLP."""
+    """One ``POINT_SCHEMA`` row per data point of one archived push; ValueError if the body is not OTLP.
+
+    The per-record reference: the jobs use the columnar ``_arrow_telemetry.point_batch``, which the
+    tests check gives exactly these rows.
+    """
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
@@ -167,8 +159,8 @@ def _decode(
     hour_dirs = list_hour_dirs(spark, roots, stream, start_ms=start_ms, end_ms=end_ms)
     errors = SetAccumulator.create(spark.sparkContext)
     seen = SetAccumulator.create(spark.sparkContext)
-    rdd = read_stream(spark, hour_dirs, points_of_record, errors, seen)
-    return spark.createDataFrame(rdd, POINT_SCHEMA), errors, len({h.hour_ms for h in hour_dirs}), seen
+    points = read_stream_arrow(spark, hour_dirs, segment_point_batches, POINT_SCHEMA, errors, seen)
+    return points, errors, len({h.hour_ms for h in hour_dirs}), seen
 
 
 def rollups_of(points: DataFrame) -> DataFrame:

@@ -23,11 +23,15 @@ the two, by user and client id, per minute, and names two kinds of client:
 Telemetry comes from ``compact-telemetry``'s ``points`` table (the principal label ``User:alice`` is
 matched to the throttle record's user ``alice``). Outputs, Parquet, overwritten as a whole:
 ``<output>/minutes`` (one row per throttled user, client id, quota type and minute, with the verdict)
-and ``<output>/clients`` (one row per user and client id: minutes throttled, silent, ignoring).
+and ``<output>/clients`` (one row per user and client id: minutes throttled, silent, ignoring), and
+``<output>/report.html``: a static page rendered from those two tables (``_report_html``): the
+``top_n`` worst tenants' throttle time and throttled requests per minute as matplotlib plots (PNG,
+embedded), and the tables of clients ignoring throttles and of clients reporting none.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -36,6 +40,7 @@ from quotaplane.archive import ArchiveRecord
 from quotaplane.exporters.archive import THROTTLE_STREAM
 
 from ._archive import list_hour_dirs, read_stream
+from ._report_html import render_report
 from ._session import JobInputError
 from ._util import SetAccumulator, hadoop_path_exists
 
@@ -65,6 +70,7 @@ class ThrottleReport:
     silent_clients: tuple[tuple[str, str], ...]  # (user, client_id) throttled yet reporting no throttle
     ignoring_clients: tuple[tuple[str, str], ...]  # (user, client_id) sending at full rate while throttled
     errors: tuple[tuple[str, str], ...]
+    html_path: str  # <output>/report.html
 
 
 def _user_of(principal: str | None) -> str | None:
@@ -105,6 +111,7 @@ def throttle_report(
     end_ms: int | None = None,
     min_decisions: int = 2,
     early_fraction: float = 0.5,
+    top_n: int = 5,
 ) -> ThrottleReport:
     """Join the throttle archive of ``roots`` with the telemetry ``points`` (a path or a DataFrame of
     ``compact_telemetry``'s points) and write the report under ``output`` (module docstring)."""
@@ -210,6 +217,23 @@ def throttle_report(
     )
     clients.orderBy("user", "client_id").write.mode("overwrite").parquet(clients_dir)
     summary = spark.read.parquet(clients_dir).collect()
+    # only the worst tenants' per-minute sums reach the driver, however many clients were throttled
+    totals = written.groupBy("user").agg(F.sum("throttle_time_ms_total").alias("total"))
+    worst = [r.user for r in totals.orderBy(F.desc("total"), "user").limit(top_n).collect()]
+    plotted = (
+        written.where(F.col("user").isin(worst))
+        .groupBy("user", "minute_ms")
+        .agg(F.sum("decisions").alias("decisions"), F.sum("throttle_time_ms_total").alias("throttle_time_ms_total"))
+        .collect()
+    )
+    page = render_report(
+        [r.asDict() for r in plotted],
+        [r.asDict() for r in summary],
+        top_n=top_n,
+        generated_ms=int(time.time() * 1000),
+    )
+    html_path = f"{output}/report.html"
+    _write_text(spark, html_path, page)
     return ThrottleReport(
         minutes_dir=minutes_dir,
         clients_dir=clients_dir,
@@ -219,4 +243,18 @@ def throttle_report(
         ),
         ignoring_clients=tuple((r.user, r.client_id) for r in summary if r.ignoring_minutes > 0),
         errors=tuple(sorted(errors.value)),
+        html_path=html_path,
     )
+
+
+def _write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through Hadoop's file system API, as the tables beside it are: a
+    local path or any URI Spark writes (``hdfs://``, ``s3a://``...)."""
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.create(hadoop_path, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()

@@ -27,6 +27,15 @@ def add_spark_commands(commands: argparse._SubParsersAction) -> None:
         "--master", default="local[*]", help="Spark master URL (default local[*]: an embedded Spark on this machine)"
     )
     common.add_argument(
+        "--conf",
+        action="append",
+        type=_spark_conf,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark property for the session, as spark-submit's --conf (repeatable; e.g. the "
+        "spark.kubernetes.* settings of a k8s:// master)",
+    )
+    common.add_argument(
         "--data-dir", default="./quotaplane-data", help="quotaplane up's data directory (default ./quotaplane-data)"
     )
     log_ = commands.add_parser(
@@ -58,6 +67,14 @@ def add_spark_commands(commands: argparse._SubParsersAction) -> None:
     )
 
 
+def _spark_conf(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` -> ``(KEY, VALUE)``: the value may itself hold ``=`` (Java options do)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
 def _archive_roots(args: argparse.Namespace) -> list[str]:
     if args.archive_root:
         return list(args.archive_root)
@@ -85,7 +102,9 @@ def run_spark(args: argparse.Namespace) -> int:
             if not os.path.isdir(path):
                 raise CliError(f"no such directory: {path}")
         scratch = tempfile.mkdtemp(prefix="quotaplane-spark-")
-        spark = spark_session(args.master, app_name=f"quotaplane {args.command}", scratch_dir=scratch)
+        spark = spark_session(
+            args.master, app_name=f"quotaplane {args.command}", scratch_dir=scratch, extra_conf=dict(args.conf)
+        )
         try:
             if args.command == "compact-log":
                 r = compact_log(spark, log_dir, args.history, up_to_offset=args.up_to_offset)
@@ -116,6 +135,7 @@ def run_spark(args: argparse.Namespace) -> int:
                     "decisions": p.decisions,
                     "silent_clients": [list(c) for c in p.silent_clients],
                     "ignoring_clients": [list(c) for c in p.ignoring_clients],
+                    "html": p.html_path,
                 }
                 skipped = p.errors
             for path, reason in skipped:

@@ -1,0 +1,229 @@
+"""Archived telemetry pushes to Arrow record batches (``POINT_SCHEMA``), a segment at a time.
+
+Why: handing Spark one Python tuple per data point (pickled, then converted row by row in the JVM)
+cost five times what writing the same rows as Parquet did. Here an executor decodes a whole segment
+(``iter_segment_batches``: the archive's own reader, in bulk) and fills plain per-column lists, one
+entry per data point, with nothing per point but the numbers and the attribute strings OTLP gives it;
+everything that is per push (the broker's labels, the receive time) or per metric (name, type,
+temporality) is stored once and spread over the points with Arrow ``take``. Spark receives the
+columns through ``mapInArrow``, with no Python object per row on its side.
+
+The rows are exactly those of ``telemetry.points_of_record`` (the per-record reference: the tests
+compare the two on random pushes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from quotaplane.archive import ArchiveRecord, TornTail, iter_segment_batches
+
+__all__ = ["POINT_ARROW_SCHEMA", "any_value_text", "point_batch", "segment_point_batches"]
+
+_STR_MAP = pa.map_(pa.string(), pa.string())
+
+POINT_ARROW_SCHEMA = pa.schema(
+    [
+        ("date", pa.date32()),
+        ("hour", pa.int32()),
+        ("time_ms", pa.int64()),
+        ("received_ms", pa.int64()),
+        ("client_instance_id", pa.string()),
+        ("client_id", pa.string()),
+        ("principal", pa.string()),
+        ("node_id", pa.string()),
+        ("labels", _STR_MAP),
+        ("metric", pa.string()),
+        ("type", pa.string()),
+        ("temporality", pa.string()),
+        ("monotonic", pa.bool_()),
+        ("attributes", _STR_MAP),
+        ("value", pa.float64()),
+        ("count", pa.int64()),
+        ("start_time_ms", pa.int64()),
+        ("segment", pa.string()),
+    ]
+)
+
+_TEMPORALITY = {1: "delta", 2: "cumulative"}
+_HEAD = ("client_instance_id", "client_id", "principal", "node_id")
+
+
+def any_value_text(value: Any) -> str:
+    """An OTLP ``AnyValue`` as the text the points table stores."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return ""
+    if kind in ("string_value", "int_value", "double_value"):
+        return str(getattr(value, kind))
+    if kind == "bool_value":
+        return "true" if value.bool_value else "false"
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    return str(getattr(value, kind)).replace("\n", " ")  # arrays and kvlists: their text form
+
+
+def _map_array(offsets: list[int], keys: list[str], items: list[str], valid: list[bool] | None) -> pa.MapArray:
+    mask = None if valid is None or all(valid) else pa.array([not v for v in valid], pa.bool_())
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(items, pa.string()), _STR_MAP, mask=mask
+    )
+
+
+class _Columns:
+    """The per-column lists of one segment's points, and the per-push and per-metric tables they index."""
+
+    def __init__(self) -> None:
+        # per point
+        self.record: list[int] = []
+        self.metric: list[int] = []
+        self.time_ms: list[int] = []
+        self.start_ms: list[int | None] = []
+        self.value: list[float | None] = []
+        self.count: list[int | None] = []
+        self.attr_offsets: list[int] = [0]
+        self.attr_keys: list[str] = []
+        self.attr_values: list[str] = []
+        self.attr_valid: list[bool] = []
+        # per push
+        self.received: list[int] = []
+        self.label_offsets: list[int] = [0]
+        self.label_keys: list[str] = []
+        self.label_values: list[str] = []
+        self.heads: list[list[str | None]] = [[], [], [], []]
+        # per metric
+        self.names: list[str] = []
+        self.kinds: list[str] = []
+        self.temporalities: list[str | None] = []
+        self.monotonics: list[bool | None] = []
+
+    def add(self, record: ArchiveRecord, metrics_data: Any) -> None:
+        received = record.time_ms
+        r = len(self.received)
+        self.received.append(received)
+        labels = record.labels
+        self.label_keys += labels.keys()
+        self.label_values += labels.values()
+        self.label_offsets.append(len(self.label_keys))
+        for column, key in zip(self.heads, _HEAD, strict=True):
+            column.append(labels.get(key))
+        record_col, metric_col = self.record, self.metric
+        times, starts, values, counts = self.time_ms, self.start_ms, self.value, self.count
+        attr_offsets, attr_keys, attr_values, attr_valid = (
+            self.attr_offsets,
+            self.attr_keys,
+            self.attr_values,
+            self.attr_valid,
+        )
+        for resource_metrics in metrics_data.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    kind = metric.WhichOneof("data")
+                    if kind is None:
+                        continue
+                    data = getattr(metric, kind)
+                    points = data.data_points
+                    if not points:
+                        continue
+                    m = len(self.names)
+                    self.names.append(metric.name)
+                    self.kinds.append(kind)
+                    self.temporalities.append(
+                        _TEMPORALITY.get(data.aggregation_temporality)
+                        if kind != "gauge" and kind != "summary"
+                        else None
+                    )
+                    self.monotonics.append(data.is_monotonic if kind == "sum" else None)
+                    numeric = kind in ("gauge", "sum")
+                    n = len(points)
+                    record_col += [r] * n
+                    metric_col += [m] * n
+                    for point in points:
+                        times.append(point.time_unix_nano // 1_000_000 or received)
+                        starts.append(point.start_time_unix_nano // 1_000_000 or None)
+                        if numeric:
+                            which = point.WhichOneof("value")
+                            values.append(float(point.as_int) if which == "as_int" else point.as_double)
+                            counts.append(None)
+                        else:
+                            values.append(point.sum if kind != "histogram" or point.HasField("sum") else None)
+                            counts.append(point.count)
+                        kvs = point.attributes
+                        if kvs:
+                            attributes = {kv.key: any_value_text(kv.value) for kv in kvs}
+                            attr_keys += attributes.keys()
+                            attr_values += attributes.values()
+                            attr_valid.append(True)
+                        else:
+                            attr_valid.append(False)
+                        attr_offsets.append(len(attr_keys))
+
+    def batch(self, path: str, hour_ms: int) -> pa.RecordBatch:
+        n = len(self.time_ms)
+        hour_start = datetime.fromtimestamp(hour_ms / 1000, UTC)
+        by_record = pa.array(self.record, pa.int32())
+        by_metric = pa.array(self.metric, pa.int32())
+        labels = _map_array(self.label_offsets, self.label_keys, self.label_values, None)
+        heads = [pa.array(column, pa.string()).take(by_record) for column in self.heads]
+        columns = [
+            pa.repeat(pa.scalar(hour_start.date(), pa.date32()), n),
+            pa.repeat(pa.scalar(hour_start.hour, pa.int32()), n),
+            pa.array(self.time_ms, pa.int64()),
+            pa.array(self.received, pa.int64()).take(by_record),
+            *heads,
+            labels.take(by_record),
+            pa.array(self.names, pa.string()).take(by_metric),
+            pa.array(self.kinds, pa.string()).take(by_metric),
+            pa.array(self.temporalities, pa.string()).take(by_metric),
+            pa.array(self.monotonics, pa.bool_()).take(by_metric),
+            _map_array(self.attr_offsets, self.attr_keys, self.attr_values, self.attr_valid),
+            pa.array(self.value, pa.float64()),
+            pa.array(self.count, pa.int64()),
+            pa.array(self.start_ms, pa.int64()),
+            pa.repeat(pa.scalar(path, pa.string()), n),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=POINT_ARROW_SCHEMA)
+
+
+def point_batch(path: str, hour_ms: int, records: Iterable[ArchiveRecord], bad_record: Any = None) -> pa.RecordBatch:
+    """The ``POINT_SCHEMA`` rows of ``records`` (pushes of the segment ``path``, archive hour ``hour_ms``).
+
+    A record whose body is not OTLP ``MetricsData`` is skipped and, if given, ``bad_record(record,
+    reason)`` is called (the reason is the text ``points_of_record``'s ValueError carries).
+    """
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
+
+    columns = _Columns()
+    parse = MetricsData.FromString
+    for record in records:
+        try:
+            metrics_data = parse(record.body)
+        except DecodeError as exc:
+            if bad_record is not None:
+                bad_record(record, f"body is not an OTLP MetricsData: {exc}")
+            continue
+        columns.add(record, metrics_data)
+    return columns.batch(path, hour_ms)
+
+
+def segment_point_batches(
+    path: str, hour_ms: int, data: bytes, bad_record: Any = None, on_torn_tail: Any = None
+) -> Iterator[pa.RecordBatch]:
+    """One batch of points per archive batch of a whole segment's bytes (empty batches left out).
+
+    Raises ``ArchiveCorruptError`` as the archive reader does; a torn tail ends the segment and goes
+    to ``on_torn_tail`` if given.
+    """
+    for item in iter_segment_batches(data, path):
+        if isinstance(item, TornTail):
+            if on_torn_tail is not None:
+                on_torn_tail(item)
+            return
+        batch = point_batch(path, hour_ms, item[1], bad_record)
+        if batch.num_rows:
+            yield batch
