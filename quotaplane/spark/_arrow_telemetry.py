@@ -8,8 +8,8 @@ everything that is per push (the broker's labels, the receive time) or per metri
 temporality) is stored once and spread over the points with Arrow ``take``. Spark receives the
 columns through ``mapInArrow``, with no Python object per row on its side.
 
-The rows are exactly those of ``telemetry.points_of_record`` (the per-record reference: the tests
-compare the two on random pushes).
+The rows are exactly those a per-record walk of the pushes gives (``tests/spark/test_arrow_bulk_telemetry.py``
+holds that reference and compares the two on random pushes).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def point_batch(path: str, hour_ms: int, records: Iterable[ArchiveRecord], bad_r
     """The ``POINT_SCHEMA`` rows of ``records`` (pushes of the segment ``path``, archive hour ``hour_ms``).
 
     A record whose body is not OTLP ``MetricsData`` is skipped and, if given, ``bad_record(record,
-    reason)`` is called (the reason is the text ``points_of_record``'s ValueError carries).
+    reason)`` is called (the reason names the protobuf error).
     """
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData

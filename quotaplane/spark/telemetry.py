@@ -35,16 +35,15 @@ written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from quotaplane.archive import ArchiveRecord
 from quotaplane.exporters.archive import TELEMETRY_STREAM
 
 from ._archive import list_hour_dirs, read_stream_arrow
-from ._arrow_telemetry import any_value_text, segment_point_batches
+from ._arrow_telemetry import segment_point_batches
 from ._session import JobInputError
 from ._util import SetAccumulator
 
@@ -60,8 +59,6 @@ POINT_SCHEMA = (
     "start_time_ms long, segment string"
 )
 
-_TEMPORALITY = {1: "delta", 2: "cumulative"}
-
 
 @dataclass(frozen=True, slots=True)
 class TelemetryCompaction:
@@ -73,70 +70,6 @@ class TelemetryCompaction:
     points: int
     rollups: int
     errors: tuple[tuple[str, str], ...]
-
-
-def _attributes(kvs: Any) -> dict[str, str] | None:
-    return {kv.key: any_value_text(kv.value) for kv in kvs} if kvs else None
-
-
-def points_of_record(path: str, hour_ms: int, record: ArchiveRecord) -> Iterator[tuple]:
-    """One ``POINT_SCHEMA`` row per data point of one archived push; ValueError if the body is not OTLP.
-
-    The per-record reference: the jobs use the columnar ``_arrow_telemetry.point_batch``, which the
-    tests check gives exactly these rows.
-    """
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
-
-    try:
-        metrics_data = MetricsData.FromString(record.body)
-    except DecodeError as exc:
-        raise ValueError(f"body is not an OTLP MetricsData: {exc}") from None
-    labels = dict(record.labels)
-    hour_start = datetime.fromtimestamp(hour_ms / 1000, UTC)
-    date, hour = hour_start.date(), hour_start.hour
-    received = record.time_ms
-    head = (labels.get("client_instance_id"), labels.get("client_id"), labels.get("principal"), labels.get("node_id"))
-    for resource_metrics in metrics_data.resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                kind = metric.WhichOneof("data")
-                if kind is None:
-                    continue
-                data = getattr(metric, kind)
-                temporality = (
-                    _TEMPORALITY.get(data.aggregation_temporality) if kind != "gauge" and kind != "summary" else None
-                )
-                monotonic = data.is_monotonic if kind == "sum" else None
-                name = metric.name
-                numeric = kind in ("gauge", "sum")
-                for point in data.data_points:
-                    t = point.time_unix_nano // 1_000_000 or received
-                    start = point.start_time_unix_nano // 1_000_000 or None
-                    if numeric:
-                        which = point.WhichOneof("value")
-                        value = float(point.as_int) if which == "as_int" else point.as_double
-                        count = None
-                    else:
-                        value = point.sum if kind != "histogram" or point.HasField("sum") else None
-                        count = point.count
-                    yield (
-                        date,
-                        hour,
-                        t,
-                        received,
-                        *head,
-                        labels,
-                        name,
-                        kind,
-                        temporality,
-                        monotonic,
-                        _attributes(point.attributes),
-                        value,
-                        count,
-                        start,
-                        path,
-                    )
 
 
 def decode_telemetry(

@@ -1,20 +1,86 @@
-"""The columnar telemetry decoder (``_arrow_telemetry``) gives exactly the rows of the per-record
-reference (``points_of_record``) on random pushes, torn tails and bad bodies included. No Spark."""
+"""The columnar telemetry decoder (``_arrow_telemetry``) gives exactly the rows of a per-record reference
+(``points_of_record`` below, one tuple per data point as the job made them before it decoded in Arrow) on
+random pushes, torn tails and bad bodies included. No Spark."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
+from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
 
 from quotaplane.archive import ArchiveRecord, decode_segment_bytes
 from quotaplane.archive._format import FILE_HEADER, encode_batch, encode_record_fields
-from quotaplane.spark._arrow_telemetry import POINT_ARROW_SCHEMA, segment_point_batches
-from quotaplane.spark.telemetry import points_of_record
+from quotaplane.spark._arrow_telemetry import POINT_ARROW_SCHEMA, any_value_text, segment_point_batches
 
 HOUR = 1_700_002_800_000
 MAP_COLUMNS = {"labels", "attributes"}
+TEMPORALITY = {1: "delta", 2: "cumulative"}
+
+
+def _attributes(kvs: Any) -> dict[str, str] | None:
+    return {kv.key: any_value_text(kv.value) for kv in kvs} if kvs else None
+
+
+def points_of_record(path: str, hour_ms: int, record: ArchiveRecord) -> Iterator[tuple]:
+    """One ``POINT_SCHEMA`` row per data point of one archived push, walked point by point (the oracle the
+    columnar decoder is held to); ValueError if the body is not OTLP."""
+    try:
+        metrics_data = MetricsData.FromString(record.body)
+    except DecodeError as exc:
+        raise ValueError(f"body is not an OTLP MetricsData: {exc}") from None
+    labels = dict(record.labels)
+    hour_start = datetime.fromtimestamp(hour_ms / 1000, UTC)
+    date, hour = hour_start.date(), hour_start.hour
+    received = record.time_ms
+    head = (labels.get("client_instance_id"), labels.get("client_id"), labels.get("principal"), labels.get("node_id"))
+    for resource_metrics in metrics_data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                kind = metric.WhichOneof("data")
+                if kind is None:
+                    continue
+                data = getattr(metric, kind)
+                temporality = (
+                    TEMPORALITY.get(data.aggregation_temporality) if kind != "gauge" and kind != "summary" else None
+                )
+                monotonic = data.is_monotonic if kind == "sum" else None
+                name = metric.name
+                numeric = kind in ("gauge", "sum")
+                for point in data.data_points:
+                    t = point.time_unix_nano // 1_000_000 or received
+                    start = point.start_time_unix_nano // 1_000_000 or None
+                    if numeric:
+                        which = point.WhichOneof("value")
+                        value = float(point.as_int) if which == "as_int" else point.as_double
+                        count = None
+                    else:
+                        value = point.sum if kind != "histogram" or point.HasField("sum") else None
+                        count = point.count
+                    yield (
+                        date,
+                        hour,
+                        t,
+                        received,
+                        *head,
+                        labels,
+                        name,
+                        kind,
+                        temporality,
+                        monotonic,
+                        _attributes(point.attributes),
+                        value,
+                        count,
+                        start,
+                        path,
+                    )
+
 
 any_values = st.one_of(
     st.builds(lambda s: AnyValue(string_value=s), st.text(max_size=5)),
