@@ -88,6 +88,16 @@ class SampledState:
         if type(self.current) is not int or not (0 <= self.current < size or self.current == size == 0):
             raise ValueError(f"sampled state: current sample {self.current!r} outside {size} samples")
 
+    @staticmethod
+    def check_sensor(where: str, last_record_ms: object, state: object, samples: int, what: str) -> None:
+        """ValueError (``where``: which entry) unless a sensor's last recording time is an int and ``state`` is
+        its ``what`` samples, fitting ``samples`` windows."""
+        if type(last_record_ms) is not int:
+            raise ValueError(f"{where}: times must be ints")
+        if not isinstance(state, SampledState):
+            raise ValueError(f"{where}: no {what} samples")
+        state.check(samples)
+
     def restore_into(self, stat: SampledStat, samples: int) -> None:
         stat.restore_samples(
             self.current,
@@ -234,6 +244,12 @@ def forget_mutations(manager: ControllerMutationQuotaManager, owns: Callable[[st
     return len(owned)
 
 
+def check_tokens(where: str, tokens: object) -> None:
+    """ValueError (``where``: which entry) unless a token bucket's ``tokens`` is a finite float."""
+    if type(tokens) is not float or not math.isfinite(tokens):
+        raise ValueError(f"{where}: tokens must be a finite float")
+
+
 def _check(manager: ControllerMutationQuotaManager, snapshot: object) -> None:
     """ValueError unless ``snapshot`` fits ``manager``: the import then cannot fail half-way."""
     if not isinstance(snapshot, MutationSnapshot):
@@ -263,20 +279,18 @@ def _check(manager: ControllerMutationQuotaManager, snapshot: object) -> None:
         names.add(suffix)
         if client.last_record_ms is None and client.throttle_last_record_ms is None:
             raise ValueError(f"mutation snapshot: client {suffix!r} has no sensor")
+        where = f"mutation snapshot: client {suffix!r}"
         if client.last_record_ms is not None:
-            if type(client.last_record_ms) is not int or type(client.last_update_ms) is not int:
-                raise ValueError(f"mutation snapshot: client {suffix!r}: times must be ints")
-            if type(client.tokens) is not float or not math.isfinite(client.tokens):
-                raise ValueError(f"mutation snapshot: client {suffix!r}: tokens must be a finite float")
-            if not isinstance(client.mutation_rate, SampledState):
-                raise ValueError(f"mutation snapshot: client {suffix!r}: no mutation-rate samples")
-            client.mutation_rate.check(config.samples)
+            if type(client.last_update_ms) is not int:
+                raise ValueError(f"{where}: times must be ints")
+            check_tokens(where, client.tokens)
+            SampledState.check_sensor(
+                where, client.last_record_ms, client.mutation_rate, config.samples, "mutation-rate"
+            )
         if client.throttle_last_record_ms is not None:
-            if type(client.throttle_last_record_ms) is not int:
-                raise ValueError(f"mutation snapshot: client {suffix!r}: times must be ints")
-            if not isinstance(client.throttle_time, SampledState):
-                raise ValueError(f"mutation snapshot: client {suffix!r}: no throttle-time samples")
-            client.throttle_time.check(config.samples)
+            SampledState.check_sensor(
+                where, client.throttle_last_record_ms, client.throttle_time, config.samples, "throttle-time"
+            )
 
 
 def import_mutations(manager: ControllerMutationQuotaManager, snapshot: MutationSnapshot, now_ms: int) -> int:

@@ -28,13 +28,12 @@ changes. This module is the manager's friend: it reads and writes the manager's 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..metrics import Avg
 from ._bloom import TimedBloomFilter, make_id_hasher
-from ._mutation_state import SampledState
+from ._mutation_state import SampledState, check_tokens
 from ._producer_id_items import check_user
 from ._producer_ids import GROUP, USER_TAG, ProducerIdQuotaManager, _UserState
 from ._types import sanitize
@@ -214,21 +213,17 @@ def _check(manager: ProducerIdQuotaManager, snapshot: object) -> None:
         if user in seen:
             raise ValueError(f"producer-id snapshot: user {user!r} given twice")
         seen.add(user)
-        if not all(type(t) is int for t in (entry.due_ms, entry.last_record_ms, entry.last_update_ms)):
-            raise ValueError(f"producer-id snapshot: user {user!r}: times must be ints")
-        if type(entry.tokens) is not float or not math.isfinite(entry.tokens):
-            raise ValueError(f"producer-id snapshot: user {user!r}: tokens must be a finite float")
-        if not isinstance(entry.rate, SampledState):
-            raise ValueError(f"producer-id snapshot: user {user!r}: no rate samples")
-        entry.rate.check(config.num_quota_samples)
+        where = f"producer-id snapshot: user {user!r}"
+        if not all(type(t) is int for t in (entry.due_ms, entry.last_update_ms)):
+            raise ValueError(f"{where}: times must be ints")
+        check_tokens(where, entry.tokens)
+        SampledState.check_sensor(where, entry.last_record_ms, entry.rate, config.num_quota_samples, "rate")
         if entry.throttle_last_record_ms is not None:
-            if type(entry.throttle_last_record_ms) is not int:
-                raise ValueError(f"producer-id snapshot: user {user!r}: times must be ints")
-            if not isinstance(entry.throttle_time, SampledState):
-                raise ValueError(f"producer-id snapshot: user {user!r}: no throttle-time samples")
-            entry.throttle_time.check(registry_samples)
+            SampledState.check_sensor(
+                where, entry.throttle_last_record_ms, entry.throttle_time, registry_samples, "throttle-time"
+            )
         if not isinstance(entry.filters, tuple) or len(entry.filters) != 4:
-            raise ValueError(f"producer-id snapshot: user {user!r}: filters must be a 4-tuple")
+            raise ValueError(f"{where}: filters must be a 4-tuple")
         probe.check_state(*entry.filters)
 
 
