@@ -45,13 +45,15 @@ def replace_file(
     fsync: bool = True,
     sync_directory: bool = True,
     temporary_name: str | None = None,
+    mode: int = 0o644,
 ) -> None:
     """Replace ``path`` with ``data`` (bytes, or chunks) atomically: a temporary file in the same directory,
     written (and fsynced), renamed over ``path``, then (``fsync`` and ``sync_directory``) the directory fsynced.
     A reader or a crash sees the old file or the new one, never a part; on any failure the temporary file is
     removed and the error raised. ``temporary_name`` (default: a unique hidden name) lets a single writer reuse
     one name, so that a crash between the write and the rename leaves one leftover its next write replaces.
-    ``sync_directory=False`` leaves the directory's fsync to a caller that does one anyway.
+    ``sync_directory=False`` leaves the directory's fsync to a caller that does one anyway. ``mode``: the new
+    file's permissions (before the umask), set when it is created, so a secret is never readable by others.
 
     The bytes go through a buffered file object, not ``os.write``: a test or the crash storm that intercepts
     ``os.write`` to tear the event log's frames does not see these writes.
@@ -59,7 +61,7 @@ def replace_file(
     path = Path(path)
     temporary = path.with_name(temporary_name or f".{path.name}.tmp-{secrets.token_hex(4)}")
     chunks = [data] if isinstance(data, bytes | bytearray | memoryview) else data
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
         try:
             with os.fdopen(fd, "wb", closefd=False) as f:

@@ -10,12 +10,6 @@ from quotaplane.services.launcher import NODE_FAILURE_DETECTION
 
 from .test_helm import one, production_values, render
 
-_VALUE_OF = {
-    "health_check_period_ms": "periodMs",
-    "health_check_timeout_ms": "timeoutMs",
-    "health_check_failure_threshold": "failureThreshold",
-}
-
 
 def _head_env(values: dict | None = None) -> dict[str, str]:
     cluster = one(render(values), "RayCluster")
@@ -50,4 +44,3 @@ def test_the_names_are_rays():
 
     for name in NODE_FAILURE_DETECTION:
         assert hasattr(Config, name), name
-    assert set(_VALUE_OF) == set(NODE_FAILURE_DETECTION)

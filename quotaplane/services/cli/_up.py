@@ -8,6 +8,7 @@ the console shows one line per endpoint, ``ready``, then a line each time a shar
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -300,8 +301,6 @@ def _dashboard_port(text: str | None) -> int | None:
 
 def _what_runs(cluster: Cluster) -> list[str]:
     """Where ``up``'s pieces run, where the data lives and how to stop it, in plain lines (after the endpoints)."""
-    import os
-
     if cluster.ray_address is None:
         dashboard = (
             f"its dashboard on {cluster.ray_dashboard_url} (this machine only; it asks for the token in "

@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from quotaplane.durable import replace_file
+
 from ._common import DASHBOARD_HOST, NAMESPACE, LaunchError, first_line
 
 if TYPE_CHECKING:
@@ -184,12 +186,7 @@ def _save_dashboard_token(cluster: Cluster) -> None:
     """The dashboard asks for Ray's auth token (it runs jobs): the operator finds this run's in a file only
     they can read, ``DASHBOARD_TOKEN_FILE`` in Ray's session directory (removed by ``Cluster.close``)."""
     path = cluster.ray_temp_dir / DASHBOARD_TOKEN_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # an older file of another mode keeps its mode through O_CREAT
-        os.write(fd, os.environ["RAY_AUTH_TOKEN"].encode() + b"\n")
-    finally:
-        os.close(fd)
+    replace_file(path, os.environ["RAY_AUTH_TOKEN"].encode() + b"\n", fsync=False, mode=0o600)
     cluster.ray_dashboard_token_file = path
 
 
