@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +35,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
 from quotaplane.v1 import admin_pb2 as admin_pb
-from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc, telemetry_pb2_grpc
+from quotaplane.v1 import admin_pb2_grpc, telemetry_pb2_grpc
 from quotaplane.v1 import quota_pb2 as quota_pb
 from quotaplane.v1 import telemetry_pb2 as telemetry_pb
 from tests.deploy.test_prometheus import ALICE, QUOTA, Producer, shipped_config_for
@@ -204,34 +203,6 @@ REQUESTER = ("--entity-type", "users", "--entity-name", "carol")
 PREFIX = "org.apache.kafka.producer."
 
 
-class Traffic:
-    """bob/c2 fetching and carol's requests over their quotas, every 0.5 s until stopped (alice/c1 produces through
-    test_prometheus' Producer)."""
-
-    def __init__(self, gateway: str) -> None:
-        self._stop = threading.Event()
-        self._channel = grpc.insecure_channel(gateway)
-        self._stub = quota_pb2_grpc.QuotaServiceStub(self._channel)
-        self.throttles: list[int] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        fetch = quota_pb.UsageItem(quota_type=quota_pb.FETCH, user="bob", client_id="c2", value=QUOTA)
-        request = quota_pb.RequestTimeItem(user="carol", client_id="c3", request_thread_time_nanos=400_000_000)
-        while not self._stop.is_set():
-            answer = self._stub.RecordUsageBatch(quota_pb.UsageBatch(items=[fetch]), timeout=10)
-            self.throttles.extend(answer.throttle_time_ms)
-            answer = self._stub.RecordRequestTime(quota_pb.RequestTimeBatch(items=[request]), timeout=10)
-            self.throttles.extend(answer.throttle_time_ms)
-            self._stop.wait(0.5)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
-        self._channel.close()
-
-
 def push_telemetry(admin_address: str, gateway: str) -> list[int]:
     """A subscription, then pushes: one exported, one undecodable (a plugin error), one too early (throttled),
     one naming an unknown subscription. The Kafka error codes of the four pushes."""
@@ -335,7 +306,12 @@ def test_every_query_reads_metrics_a_driven_up_exports(running_up: Up, env: dict
     metrics_address = metrics_url.removeprefix("http://").removesuffix("/metrics")
     prometheus = PrometheusServer(shipped_config_for(metrics_address, tmp_path), tmp_path)
     producer = Producer(gateway)
-    traffic = Traffic(gateway)
+    # bob/c2 fetching and carol's requests over their quotas (alice/c1 produces through the first)
+    traffic = Producer(
+        gateway,
+        usage=(quota_pb.UsageItem(quota_type=quota_pb.FETCH, user="bob", client_id="c2", value=QUOTA),),
+        request_time=(quota_pb.RequestTimeItem(user="carol", client_id="c3", request_thread_time_nanos=400_000_000),),
+    )
     try:
         codes = push_telemetry(up.address, gateway)
         assert codes[0] == 0 and all(code != 0 for code in codes[1:]), codes

@@ -49,11 +49,19 @@ def shipped_config_for(metrics_address: str, workdir: Path) -> Path:
 
 
 class Producer:
-    """alice/c1 sending 10 kB every 0.5 s through up's QuotaService, never waiting out a throttle: twice her
-    quota. Answers are collected to show the gateway did throttle her."""
+    """Usage (by default alice/c1 sending 10 kB: twice her quota) and request time through up's QuotaService
+    every 0.5 s, never waiting out a throttle. Answers are collected to show the gateway did throttle."""
 
-    def __init__(self, gateway: str) -> None:
+    def __init__(
+        self,
+        gateway: str,
+        usage: tuple[quota_pb.UsageItem, ...] = (
+            quota_pb.UsageItem(quota_type=quota_pb.PRODUCE, user="alice", client_id="c1", value=QUOTA),
+        ),
+        request_time: tuple[quota_pb.RequestTimeItem, ...] = (),
+    ) -> None:
         self.throttles: list[int] = []
+        self._usage, self._request_time = usage, request_time
         self._stop = threading.Event()
         self._channel = grpc.insecure_channel(gateway)
         self._stub = quota_pb2_grpc.QuotaServiceStub(self._channel)
@@ -61,10 +69,12 @@ class Producer:
         self._thread.start()
 
     def _run(self) -> None:
-        item = quota_pb.UsageItem(quota_type=quota_pb.PRODUCE, user="alice", client_id="c1", value=QUOTA)
         while not self._stop.is_set():
-            answer = self._stub.RecordUsageBatch(quota_pb.UsageBatch(items=[item]), timeout=10)
+            answer = self._stub.RecordUsageBatch(quota_pb.UsageBatch(items=self._usage), timeout=10)
             self.throttles.extend(answer.throttle_time_ms)
+            if self._request_time:
+                batch = quota_pb.RequestTimeBatch(items=self._request_time)
+                self.throttles.extend(self._stub.RecordRequestTime(batch, timeout=10).throttle_time_ms)
             self._stop.wait(0.5)
 
     def stop(self) -> None:
