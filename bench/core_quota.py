@@ -369,22 +369,11 @@ def run(workload: Workload, repeats: int) -> tuple[dict[str, Path], int]:
             lambda m, b=warm_batches: batched(m, b),
             lambda m, b=timed_batches: batched(m, b),
         )
-    # the same paths with KIP-786's quota-value metric on (quotaplane's default), in the same repeats
-    big = max(BATCH_SIZES)
-    warm_batches = batches_of(warm_items, warm_times, big)
-    timed_batches = batches_of(timed_items, timed_times, big)
-    paths[f"batch_{big}_quota_value_on"] = Path(
-        f"batch_{big}_quota_value_on",
-        lambda m, b=warm_batches: batched(m, b),
-        lambda m, b=timed_batches: batched(m, b),
-        quota_value=True,
-    )
-    paths["per_call_quota_value_on"] = Path(
-        "per_call_quota_value_on",
-        lambda m: per_call(m, warm_items, warm_times),
-        lambda m: per_call(m, timed_items, timed_times),
-        quota_value=True,
-    )
+    # the per-call and largest-batch paths again with KIP-786's quota-value metric on (quotaplane's default), in
+    # the same repeats and on the same batches
+    for name in ("per_call", f"batch_{max(BATCH_SIZES)}"):
+        off = paths[name]
+        paths[f"{name}_quota_value_on"] = Path(f"{name}_quota_value_on", off.warm, off.timed, quota_value=True)
     paths["baseline"] = Path("baseline", None, lambda _m: dict_baseline(timed_items))
     dict_baseline(warm_items)  # warm the baseline loop too
     for _ in range(repeats):
