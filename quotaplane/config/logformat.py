@@ -13,7 +13,8 @@ client-quota entity ids of ``quotaplane.config`` (a separate package would impor
 
 - **Frames** (``parse_frame``, ``iter_frames``, ``decode_event_batch``, ``encode_frame``): a 36-byte
   header with its own CRC32C, then a CRC32C-checked payload, zstd-compressed or not. A frame that
-  does not verify raises a ``FrameError`` (its ``position`` and ``reason``).
+  does not verify raises a ``FrameError`` (its ``position`` and ``reason``). ``parse_frame_header``
+  checks the header alone: enough to step over a frame someone else verifies.
 - **Segments** (``segment_name``, ``parse_segment_name``, ``list_segments``): ``%020d.log`` files
   named by their first offset, each a run of frames at dense offsets. ``CorruptLogError`` is damage
   that is not a torn tail.
@@ -68,6 +69,7 @@ from ._framing import (
     encode_frame,
     iter_frames,
     parse_frame,
+    parse_frame_header,
 )
 from ._log_errors import CorruptLogError
 from ._segments import SEGMENT_SUFFIX, list_segments, parse_segment_name, segment_name
@@ -119,6 +121,7 @@ __all__ = [
     "list_segments",
     "list_snapshots",
     "parse_frame",
+    "parse_frame_header",
     "parse_segment_name",
     "read_snapshot",
     "read_snapshot_batches",

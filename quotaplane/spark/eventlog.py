@@ -29,30 +29,35 @@ entries seed the state and the history's old values, and history rows start at i
 partition of a segment that snapshot cuts through is only written if it does not exist yet, so a
 complete earlier partition is never replaced by a partial one.
 
+**How it runs: two passes, no shuffle.** The range ``[start, up_to)`` is cut into equal chunks (at least
+one per core, across and inside segments; ``_log_events``). Pass one reads every chunk in parallel and
+sends back only each config key's last event in the chunk and the chunk's request ids; the driver folds
+those in offset order into each key's value before each chunk and its last event overall (the
+snapshot's entries). Pass two reads each chunk again and writes its history rows, old values carried
+from the values before it, straight into the segments' partitions: no window, no shuffle, no sort
+but the writer's. The old values equal a window ``lag`` over each key in offset order, and the snapshot
+the image's own (tests compare both with the log's own reader and ``ConfigStore``).
+
 **The request-id window.** The image remembers the last ``max_applied_requests`` request ids with
-their (first, last) offsets, trimmed in bulk at the end of each replayed frame. When every request
-id's events are contiguous in the log (what ``ConfigStore`` writes: one request, one append) that
-window is "the last N ids by first offset", computed by a Spark aggregation. Otherwise (an id reused
-after others), the window depends on when the bulk trims happened, so the job replays the request-id
-runs frame by frame through the image's own bookkeeping on the driver: slower, but identical.
+their (first, last) offsets, trimmed in bulk at the end of each replayed frame, so the window depends on
+where frames end. The driver replays the request ids, frame by frame, through the image's own
+bookkeeping (``ConfigImage.applied_request_window``): one C-level dict pass per frame.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import secrets
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from quotaplane.config import (
     DEFAULT_MAX_APPLIED_REQUESTS,
     ConfigImage,
-    ConfigResourceType,
     CorruptLogError,
     client_metrics_configs,
     client_metrics_event,
@@ -60,30 +65,37 @@ from quotaplane.config import (
     config_event,
     entity_of,
 )
-from quotaplane.config.logformat import (
-    KIND_CLIENT_METRICS,
-    KIND_CLIENT_QUOTA,
-    KIND_CONFIG,
-    FrameError,
-    decode_event_batch,
-    list_segments,
-    list_snapshots,
-    parse_frame,
-    read_snapshot_batches,
-    write_snapshot,
-)
+from quotaplane.config.logformat import list_segments, list_snapshots, read_snapshot_batches, write_snapshot
 from quotaplane.durable import fsync_directory
 from quotaplane.v1 import config_events_pb2 as pb
 
+from ._log_events import (
+    HISTORY_SCHEMA,
+    METRICS,
+    QUOTA,
+    Chunk,
+    ChunkSummary,
+    ConfigKey,
+    LogEvents,
+    SegmentRange,
+    chunk_events,
+    deleted_message,
+    events_of_batch,
+    frames_of,
+    history_batch,
+    last_rows,
+    summarize,
+)
 from ._session import JobInputError
 from ._util import SetAccumulator, hadoop_path_exists
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    import pyarrow as pa
+    from pyspark import Broadcast
+    from pyspark.sql import SparkSession
 
-__all__ = ["HISTORY_COLUMNS", "LogCompaction", "compact_log", "decode_segment_file"]
+__all__ = ["HISTORY_COLUMNS", "LogCompaction", "compact_log"]
 
-QUOTA, METRICS, CONFIG = "client-quota", "client-metrics", "config"
 
 #: The history table's columns (plus the partition column ``segment``).
 HISTORY_COLUMNS = (
@@ -97,12 +109,6 @@ HISTORY_COLUMNS = (
     "key",
     "old_value",
     "new_value",
-)
-
-_EVENT_SCHEMA = (
-    "offset long, segment long, frame_base long, commit_time_ms long, principal string, request_id string, "
-    "kind string, entity string, key string, config_key string, new_value string, removed boolean, "
-    "quota_value double, record binary"
 )
 
 
@@ -121,122 +127,7 @@ class LogCompaction:
     seed_snapshot: Path | None
 
 
-# --- executor side ------------------------------------------------------------------------------------
-def _value_json(configs: dict[str, str]) -> str:
-    return json.dumps(configs, sort_keys=True, separators=(",", ":"))
-
-
-def _quota_text(value: float) -> str:
-    return repr(float(value))
-
-
-def _rows_of_batch(
-    columns: pb.EventColumns, offsets: Sequence[int], segment: int, frame_base: int, stop: int
-) -> Iterator[tuple[Any, ...]]:
-    """Rows (``_EVENT_SCHEMA``) for the first ``stop`` events of one decoded frame (or snapshot batch)."""
-    kinds = list(columns.kind)
-    times = list(columns.commit_time_ms)
-    principals = list(columns.principal)
-    request_ids = list(columns.request_id)
-    quota = zip(columns.quota_entity, columns.quota_key, columns.quota_value, columns.quota_remove, strict=True)
-    metrics = iter(columns.client_metrics)
-    configs = iter(columns.config)
-    for i, kind in enumerate(kinds[:stop]):
-        offset = offsets[i]
-        if kind == KIND_CLIENT_QUOTA:
-            eid, key, value, remove = next(quota)
-            entity_of(eid)  # a non-canonical entity id is corruption: the log's replay refuses it too
-            row = (QUOTA, eid, key, json.dumps([QUOTA, eid, key]), None if remove else _quota_text(value), remove)
-            quota_value, record = (None if remove else float(value)), None
-        elif kind == KIND_CLIENT_METRICS:
-            message = next(metrics)
-            cm = client_metrics_configs(message)
-            new = _value_json(cm) if cm else None
-            row = (METRICS, message.name, message.name, json.dumps([METRICS, message.name]), new, not cm)
-            quota_value, record = None, message.SerializeToString()
-        elif kind == KIND_CONFIG:
-            message = next(configs)
-            rtype, rname = message.resource_type, message.resource_name
-            if rtype not in (ConfigResourceType.BROKER, ConfigResourceType.TOPIC):
-                raise ValueError(f"the event at offset {offset} has an unknown config resource type {rtype}")
-            has = message.HasField("value")
-            entity = f"{ConfigResourceType(rtype).name.lower()}:{rname}"
-            row = (
-                CONFIG,
-                entity,
-                message.name,
-                json.dumps([CONFIG, rtype, rname, message.name]),
-                message.value if has else None,
-                not has,
-            )
-            quota_value, record = None, message.SerializeToString()
-        else:
-            raise ValueError(f"the event at offset {offset} has an unknown record kind {kind}")
-        yield (offset, segment, frame_base, times[i], principals[i], request_ids[i], *row, quota_value, record)
-
-
-def decode_segment_file(path: str, base: int, next_base: int | None, up_to: int) -> Iterator[tuple[Any, ...]]:
-    """Every event of one closed segment below ``up_to``, as rows; raises ``CorruptLogError``.
-
-    Checked as the log's recovery checks a segment that is not the last (any frame that does not
-    verify is corruption, there is no torn tail to forgive): both CRCs of every frame, dense offsets
-    from the name, the frame's record count against its payload, and, when the whole segment is
-    read, that it ends exactly where the next segment (``next_base``) begins.
-    """
-    with open(path, "rb") as f:
-        data = f.read()
-    if not data:
-        raise CorruptLogError(path, 0, "empty segment that is not the last", offset=base)
-    position, expected = 0, base
-    while position < len(data) and expected < up_to:
-        try:
-            header = parse_frame(data, position)
-            if header.base_offset != expected:
-                raise CorruptLogError(
-                    path, position, f"frame base offset {header.base_offset}, expected {expected}", offset=expected
-                )
-            batch = decode_event_batch(data, header)
-        except FrameError as exc:
-            raise CorruptLogError(path, exc.position, exc.reason, offset=expected) from None
-        try:
-            count = min(header.record_count, up_to - expected)
-            yield from _rows_of_batch(batch, range(expected, expected + count), base, expected, count)
-        except ValueError as exc:
-            raise CorruptLogError(path, position, str(exc), offset=expected) from None
-        position, expected = header.end, header.next_offset
-    if expected < up_to and next_base is not None and expected != next_base:
-        raise CorruptLogError(
-            path,
-            position,
-            f"segment ends at offset {expected}, the next segment starts at {next_base}",
-            offset=expected,
-        )
-
-
-def _decode_task(
-    errors: SetAccumulator, up_to: int
-) -> Callable[[tuple[str, int, int | None]], Iterator[tuple[Any, ...]]]:
-    def run(item: tuple[str, int, int | None]) -> Iterator[tuple[Any, ...]]:
-        path, base, next_base = item
-        try:
-            yield from decode_segment_file(path, base, next_base, up_to)
-        except CorruptLogError as exc:
-            errors.add((path, str(exc)))
-        except FileNotFoundError:
-            errors.add((path, f"{path}: segment deleted while the job ran (retention?); run it again"))
-
-    return run
-
-
 # --- driver side --------------------------------------------------------------------------------------
-def _seed_rows(frames: list[pb.EventColumns]) -> list[tuple[Any, ...]]:
-    """Rows for a seed snapshot's entries (segment -1: state for old values, never written as history)."""
-    rows: list[tuple[Any, ...]] = []
-    for columns in frames:
-        rows += _rows_of_batch(columns, list(columns.offset), -1, -1, len(columns.kind))
-    return rows
-
-
 def _choose_seed(log_dir: Path, start: int, up_to: int) -> tuple[Path, pb.SnapshotHeader, list] | None:
     """The newest valid snapshot with ``start <= end_offset <= up_to`` (what ``ConfigStore.open`` would use)."""
     for end, path in reversed(list_snapshots(log_dir)):
@@ -250,54 +141,101 @@ def _choose_seed(log_dir: Path, start: int, up_to: int) -> tuple[Path, pb.Snapsh
     return None
 
 
-def _entry_event(row: Any) -> pb.Event:
-    """The snapshot entry (as ``ConfigImage.snapshot_events`` builds it) for the last event of a key."""
-    if row.kind == QUOTA:
-        event = client_quota_event(entity_of(row.entity), row.key, row.quota_value)
-    elif row.kind == METRICS:
-        record = pb.ClientMetricsRecord.FromString(row.record)
-        event = client_metrics_event(record.name, client_metrics_configs(record))
-    else:
-        record = pb.ConfigRecord.FromString(row.record)
-        event = config_event(record.resource_type, record.resource_name, record.name, record.value)
-    event.commit_time_ms, event.principal, event.request_id = row.commit_time_ms, row.principal, row.request_id
-    return event
+#: The most events one task holds in memory (a few hundred bytes each as Python lists).
+MAX_CHUNK_EVENTS = 250_000
 
 
-def _request_window(
-    events: DataFrame, seed_header: pb.SnapshotHeader | None, max_applied_requests: int
-) -> list[pb.AppliedRequest]:
-    """The applied-request window of the image at the end of ``events`` (module docstring)."""
-    from pyspark.sql import functions as F
+def _plan_chunks(
+    segments: Sequence[tuple[int, Path]],
+    start: int,
+    up_to: int,
+    parallelism: int,
+    max_chunk_events: int | None = None,
+) -> list[Chunk]:
+    """``[start, up_to)`` cut into equal chunks, at least one per core and at most ``MAX_CHUNK_EVENTS``
+    each, whatever the segments' sizes: a few big segments still keep every core busy, and the first
+    pass's summaries (one entry per key a chunk touches) stay as few as the cores allow.
 
-    if max_applied_requests == 0:
-        return []
-    ids = events.where(F.col("request_id") != "")
-    if seed_header is None:
-        spans = ids.groupBy("request_id").agg(
-            F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n")
-        )
-        if spans.where(F.col("n") != F.col("last") - F.col("first") + 1).limit(1).count() == 0:
-            newest = spans.orderBy(F.col("first").desc()).limit(max_applied_requests).collect()
-            return [
-                pb.AppliedRequest(request_id=r.request_id, first_offset=r.first, last_offset=r.last)
-                for r in reversed(newest)
-            ]
-    # Exact path: the request-id runs of each frame, in offset order, through the image's own bookkeeping
-    # (it trims at the end of each frame, as a replay of the log does).
-    rows = events.where(F.col("segment") >= 0).select("frame_base", "offset", "request_id").orderBy("offset")
+    A frame belongs to the chunk its base offset falls in; the first chunk also owns the frames of the
+    first segment below ``start`` (after retention, the seed snapshot cuts through it), which are
+    verified and dropped.
+    """
+    total = up_to - start
+    n = min(total, max(1, parallelism, -(-total // (max_chunk_events or MAX_CHUNK_EVENTS))))
+    bounds = [start + k * total // n for k in range(n + 1)]
+    reading = []
+    for (base, path), following in zip(segments, [*segments[1:], None], strict=True):
+        next_base = following[0] if following is not None else None
+        if base < up_to and (next_base is None or next_base > start):
+            reading.append((base, str(path), next_base))
+    chunks = []
+    for c_lo, c_hi in itertools.pairwise(bounds):
+        ranges = []
+        for base, path, next_base in reading:
+            if base >= c_hi or (next_base is not None and next_base <= c_lo):
+                continue
+            lo = base if c_lo <= max(base, start) else c_lo
+            hi = None if next_base is not None and next_base <= c_hi else c_hi
+            ranges.append(SegmentRange(path, base, next_base, lo, hi))
+        chunks.append(Chunk(tuple(ranges)))
+    return chunks
 
-    def frames() -> Iterator[tuple[list[int], list[str]]]:
-        for _, frame in itertools.groupby(rows.toLocalIterator(), key=lambda r: r.frame_base):
-            offsets, request_ids = [], []
-            for request_id, run in itertools.groupby(frame, key=lambda r: r.request_id):
-                run = list(run)
-                offsets += [run[0].offset, run[-1].offset]
-                request_ids += [request_id, request_id]
-            yield offsets, request_ids
 
-    seed = seed_header.applied_requests if seed_header is not None else ()
-    return ConfigImage.applied_request_window(seed, frames(), max_applied_requests=max_applied_requests)
+@dataclass(slots=True)
+class _State:
+    """Each config key's last event so far: its value (the history's old values) and where its entry is."""
+
+    values: dict[ConfigKey, str | None] = field(default_factory=dict)
+    entries: dict[ConfigKey, tuple[int, int]] = field(default_factory=dict)  # (table, row)
+    tables: list[dict[str, list]] = field(default_factory=list)
+
+    def fold(self, table: pa.Table) -> dict[ConfigKey, str | None]:
+        """Apply a chunk's last events; the values its keys had before it."""
+        columns = table.to_pydict()
+        keys = list(zip(columns["kind"], columns["entity"], columns["key"], strict=True))
+        values = self.values
+        before = {key: values[key] for key in keys if key in values}
+        values.update(zip(keys, columns["new_value"], strict=True))
+        t = len(self.tables)
+        self.tables.append(columns)
+        self.entries.update(zip(keys, zip(itertools.repeat(t), range(len(keys)), strict=False), strict=True))
+        return before
+
+    def snapshot_entries(self) -> list[tuple[int, pb.Event]]:
+        """The live keys' entries (as ``ConfigImage.snapshot_events`` builds them), in offset order."""
+        live = []
+        for t, row in self.entries.values():
+            columns = self.tables[t]
+            if not columns["removed"][row]:
+                live.append((columns["offset"][row], t, row))
+        live.sort()
+        return [(offset, self._entry_event(self.tables[t], row)) for offset, t, row in live]
+
+    @staticmethod
+    def _entry_event(columns: dict[str, list], row: int) -> pb.Event:
+        kind = columns["kind"][row]
+        if kind == QUOTA:
+            event = client_quota_event(
+                entity_of(columns["entity"][row]), columns["key"][row], columns["quota_value"][row]
+            )
+        elif kind == METRICS:
+            record = pb.ClientMetricsRecord.FromString(columns["record"][row])
+            event = client_metrics_event(record.name, client_metrics_configs(record))
+        else:
+            record = pb.ConfigRecord.FromString(columns["record"][row])
+            event = config_event(record.resource_type, record.resource_name, record.name, record.value)
+        event.commit_time_ms = columns["commit_time_ms"][row]
+        event.principal, event.request_id = columns["principal"][row], columns["request_id"][row]
+        return event
+
+
+def _seed_table(frames: Sequence[pb.EventColumns]) -> pa.Table:
+    """A seed snapshot's entries as a chunk's last events (state for old values, never history)."""
+    events = LogEvents()
+    valid: set[str] = set()
+    for columns in frames:
+        events.extend(events_of_batch(columns, list(columns.offset), valid))
+    return events.table(last_rows(events))
 
 
 def compact_log(
@@ -314,8 +252,6 @@ def compact_log(
     Raises ``JobInputError`` (nothing written) for a missing directory, a log without closed segments,
     an offset inside the live segment or below what the log and its snapshots hold, and corruption.
     """
-    from pyspark.sql import functions as F
-
     log_path = Path(log_dir)
     if not log_path.is_dir():
         raise JobInputError(f"no event log directory at {log_path}")
@@ -344,98 +280,144 @@ def compact_log(
     if up_to <= start:
         raise JobInputError(f"{log_path}: nothing to compact: up-to offset {up_to} is not above {start}")
 
-    tasks = []
-    for (base, path), following in zip(segments, [*segments[1:], None], strict=True):
-        next_base = following[0] if following is not None else None
-        if base < up_to and (next_base is None or next_base > start):
-            tasks.append((str(path), base, next_base))
     sc = spark.sparkContext
-    errors = SetAccumulator.create(sc)
-    rdd = sc.parallelize(tasks, len(tasks)).flatMap(_decode_task(errors, up_to))
-    events = spark.createDataFrame(rdd, _EVENT_SCHEMA).where(F.col("offset") >= start)
-    if seed is not None:
-        seed_df = spark.createDataFrame(_seed_rows(seed[2]), _EVENT_SCHEMA)
-        events = seed_df.unionByName(events)
-    events = events.persist()
-    try:
-        counts = events.groupBy((F.col("segment") >= 0).alias("read")).agg(
-            F.count("*").alias("n"), F.max("offset").alias("last")
+    chunks = _plan_chunks(segments, start, up_to, sc.defaultParallelism)
+    # First pass: every chunk verified, counted and reduced to its keys' last events, in parallel.
+    summaries: list[ChunkSummary] = (
+        sc.parallelize(chunks, len(chunks)).map(lambda chunk: summarize(chunk, start, up_to)).collect()
+    )
+    if bad := sorted({s.error for s in summaries if s.error}):
+        raise JobInputError("; ".join(bad))
+    n_read = sum(s.events for s in summaries)
+    last_read = max(summaries, key=lambda s: s.last_offset)
+    if n_read != up_to - start or last_read.last_offset != up_to - 1:
+        raise JobInputError(
+            f"{log_path}: read {n_read} events for offsets [{start}, {up_to}): the segments do not cover them"
         )
-        read = {r.read: r for r in counts.collect()}
-        if errors.value:
-            raise JobInputError("; ".join(sorted(message for _, message in errors.value)))
-        n_read = read[True].n if True in read else 0
-        if n_read != up_to - start or (n_read and read[True].last != up_to - 1):
-            raise JobInputError(
-                f"{log_path}: read {n_read} events for offsets [{start}, {up_to}): the segments do not cover them"
-            )
-        history_rows = _write_history(spark, events, history_dir, start, seed is not None)
-        snapshot = _write_snapshot(events, log_path, seed, up_to, max_applied_requests, fsync=fsync)
-    finally:
-        events.unpersist()
+    # Each key's value before each chunk (the history's old values), and its last event (the snapshot).
+    state = _State()
+    if seed is not None:
+        state.fold(_seed_table(seed[2]))
+    values_before = [state.fold(s.last_table()) for s in summaries]
+    history_rows = _write_history(spark, summaries, values_before, history_dir, start, up_to)
+    header = pb.SnapshotHeader(
+        end_offset=up_to,
+        last_commit_time_ms=last_read.last_commit_time_ms,
+        applied_requests=_request_window(summaries, seed[1] if seed else None, max_applied_requests),
+    )
+    snapshot, entries = _write_snapshot(state.snapshot_entries(), header, log_path, max_applied_requests, fsync=fsync)
     return LogCompaction(
-        snapshot=snapshot[0],
+        snapshot=snapshot,
         start_offset=start,
         end_offset=up_to,
-        segments=len(tasks),
+        segments=len({r.path for c in chunks for r in c.ranges}),
         events=n_read,
-        entries=snapshot[1],
+        entries=entries,
         history_rows=history_rows,
         history_dir=history_dir,
         seed_snapshot=seed[0] if seed else None,
     )
 
 
-def _write_history(spark: SparkSession, events: DataFrame, history_dir: str, start: int, seeded: bool) -> int:
-    """The history rows of the events read (not the seed), with old values from the key's previous event."""
-    from pyspark.sql import Window
+def _history_pass(
+    chunks: Sequence[Chunk],
+    values_before: Broadcast,
+    start: int,
+    up_to: int,
+    skip_segment: int | None,
+    errors: SetAccumulator,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The second pass (``mapInArrow`` over ``spark.range(len(chunks))``): chunk ``i``'s history rows, its
+    keys' old values starting from ``values_before.value[i]``, none of segment ``skip_segment``. A chunk
+    gives all its rows or none."""
+    import pyarrow.compute as pc
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column("id").to_pylist():
+                segments: list[tuple[int, int]] = []
+                try:
+                    events = chunk_events(chunks[i], start, up_to, segments=segments)
+                except CorruptLogError as exc:
+                    errors.add((exc.path, str(exc)))
+                    continue
+                except FileNotFoundError as exc:
+                    errors.add((str(exc.filename), deleted_message(str(exc.filename))))
+                    continue
+                rows = history_batch(events, dict(values_before.value[i]), segments)
+                if skip_segment is not None:
+                    rows = rows.filter(pc.not_equal(rows.column("segment"), skip_segment))
+                if rows.num_rows:
+                    yield rows
+
+    return run
+
+
+def _write_history(
+    spark: SparkSession,
+    summaries: Sequence[ChunkSummary],
+    values_before: Sequence[dict[ConfigKey, str | None]],
+    history_dir: str,
+    start: int,
+    up_to: int,
+) -> int:
+    """The second pass: each chunk's history rows, written by the task that decodes them into their
+    segments' partitions (no shuffle: the rows come in offset order)."""
     from pyspark.sql import functions as F
 
-    by_key = Window.partitionBy("config_key").orderBy("offset")
-    history = (
-        events.withColumn("old_value", F.lag("new_value").over(by_key))
-        .where(F.col("segment") >= 0)
-        .withColumn("commit_time", F.timestamp_millis("commit_time_ms"))
-        .select(*HISTORY_COLUMNS, "segment")
-    )
-    if seeded:
+    skip = None
+    first = summaries[0].chunk.ranges[0]
+    if first.base < start and hadoop_path_exists(spark, f"{history_dir}/segment={first.base}"):
         # the segment the seed snapshot cuts through holds only part of its events here: write it only
         # if no earlier run wrote it whole
-        first = events.where(F.col("segment") >= 0).agg(F.min("segment")).first()[0]
-        if first is not None and first < start and hadoop_path_exists(spark, f"{history_dir}/segment={first}"):
-            history = history.where(F.col("segment") != first)
-    history = history.repartition("segment").sortWithinPartitions("offset")
-    history.write.mode("overwrite").partitionBy("segment").parquet(history_dir)
-    return history.count() if seeded else events.where(F.col("segment") >= 0).count()
+        skip = first.base
+    rows_written = sum(n for s in summaries for base, n in s.segments if base != skip)
+    if not rows_written:
+        return 0
+    sc = spark.sparkContext
+    errors = SetAccumulator.create(sc)
+    values = sc.broadcast(list(values_before))
+    try:
+        rows = spark.range(len(summaries), numPartitions=len(summaries)).mapInArrow(
+            _history_pass([s.chunk for s in summaries], values, start, up_to, skip, errors), HISTORY_SCHEMA
+        )
+        history = (
+            rows.withColumn("commit_time", F.timestamp_millis("commit_time_ms"))
+            .select(*HISTORY_COLUMNS, "segment")
+            .sortWithinPartitions("segment", "offset")
+        )
+        history.write.mode("overwrite").partitionBy("segment").parquet(history_dir)
+    finally:
+        values.destroy()
+    if errors.value:  # a segment deleted between the passes: no snapshot, and a clear message
+        raise JobInputError("; ".join(sorted(message for _, message in errors.value)))
+    return rows_written
+
+
+def _request_window(
+    summaries: Sequence[ChunkSummary], seed_header: pb.SnapshotHeader | None, max_applied_requests: int
+) -> list[pb.AppliedRequest]:
+    """The applied-request window of the image at the end of the events read: their request ids, frame by
+    frame, through the image's own bookkeeping (it trims at the end of each frame, as a replay does)."""
+    if max_applied_requests == 0:
+        return []
+    frames = itertools.chain.from_iterable(
+        frames_of(s.frame_sizes, s.last_offset - s.events + 1, s.request_ids) for s in summaries
+    )
+    seed = seed_header.applied_requests if seed_header is not None else ()
+    return ConfigImage.applied_request_window(seed, frames, max_applied_requests=max_applied_requests)
 
 
 def _write_snapshot(
-    events: DataFrame,
+    entries: list[tuple[int, pb.Event]],
+    header: pb.SnapshotHeader,
     log_path: Path,
-    seed: tuple[Path, pb.SnapshotHeader, list] | None,
-    up_to: int,
     max_applied_requests: int,
     *,
     fsync: bool,
 ) -> tuple[Path, int]:
     """Write, verify and rename the snapshot into ``log_path``; ``(path, entries)``."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    latest = Window.partitionBy("config_key").orderBy(F.col("offset").desc())
-    live = (
-        events.withColumn("_rank", F.row_number().over(latest))
-        .where((F.col("_rank") == 1) & ~F.col("removed"))
-        .select("offset", "commit_time_ms", "principal", "request_id", "kind", "entity", "key", "quota_value", "record")
-        .orderBy("offset")
-    )
-    entries = [(row.offset, _entry_event(row)) for row in live.toLocalIterator()]
-    last_time = events.where(F.col("offset") == up_to - 1).select("commit_time_ms").first()
-    header = pb.SnapshotHeader(
-        end_offset=up_to,
-        last_commit_time_ms=last_time[0],
-        applied_requests=_request_window(events, seed[1] if seed else None, max_applied_requests),
-    )
+    up_to = header.end_offset
     staging = log_path / f".compact-{secrets.token_hex(4)}"
     staging.mkdir()
     try:

@@ -1,0 +1,392 @@
+"""The executor side of the event-log compaction: closed segments decoded column-wise, in chunks.
+
+Why columns: a log frame is already an ``EventColumns`` (one repeated field per attribute, parsed by
+one C call), so the events of a chunk are kept as plain per-column lists, extended frame by frame,
+and handed on as Arrow arrays. Nothing is built per event except the value texts the history stores
+(``repr`` of a quota, the JSON of a client-metrics resource). A frame of quota changes only, the
+common one, costs a few C-level passes.
+
+Why chunks: a segment can hold most of a log (the writer rolls by size), so a task per segment
+leaves cores idle. A chunk is a run of consecutive ``SegmentRange``s: the frames of a segment whose
+base offsets fall in ``[lo, hi)``. Its task steps over the frames before ``lo`` by their headers
+alone (each header has its own CRC) and verifies and decodes only its own, so every frame is verified
+exactly once, by the chunk that owns it; a range that ends its segment also checks that the segment
+ends where the next one begins.
+
+Each chunk is read twice (``eventlog``'s docstring): ``summarize`` reports what the driver needs to
+seed the second pass (each config key's last event in the chunk, the request ids frame by frame,
+counts); ``history_batch`` then gives the chunk's history rows, old values starting from the values
+the driver computed for the chunk.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import pyarrow as pa
+import zstandard
+
+from quotaplane.config import ConfigResourceType, CorruptLogError, client_metrics_configs, entity_of
+from quotaplane.config.logformat import (
+    KIND_CLIENT_METRICS,
+    KIND_CLIENT_QUOTA,
+    KIND_CONFIG,
+    FrameError,
+    decode_event_batch,
+    parse_frame,
+    parse_frame_header,
+)
+from quotaplane.v1 import config_events_pb2 as pb
+
+__all__ = [
+    "CONFIG",
+    "ENTRY_SCHEMA",
+    "HISTORY_SCHEMA",
+    "METRICS",
+    "QUOTA",
+    "Chunk",
+    "ChunkSummary",
+    "ConfigKey",
+    "LogEvents",
+    "SegmentRange",
+    "chunk_events",
+    "deleted_message",
+    "events_of_batch",
+    "frames_of",
+    "history_batch",
+    "last_rows",
+    "summarize",
+]
+
+QUOTA, METRICS, CONFIG = "client-quota", "client-metrics", "config"
+
+#: A config key (what a snapshot holds one entry for): (kind, entity, key). The entity text names the
+#: config resource with its type (``broker:0``), and a client-metrics resource is its own key.
+ConfigKey = tuple[str, str, str]
+
+HISTORY_SCHEMA = (
+    "offset long, commit_time_ms long, principal string, request_id string, kind string, entity string, "
+    "key string, old_value string, new_value string, segment long"
+)
+
+
+def _value_json(configs: dict[str, str]) -> str:
+    return json.dumps(configs, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(slots=True)
+class LogEvents:
+    """Events in offset order, column by column: the history's columns and what a snapshot entry needs."""
+
+    offset: list[int] = field(default_factory=list)
+    commit_time_ms: list[int] = field(default_factory=list)
+    principal: list[str] = field(default_factory=list)
+    request_id: list[str] = field(default_factory=list)
+    kind: list[str] = field(default_factory=list)
+    entity: list[str] = field(default_factory=list)
+    key: list[str] = field(default_factory=list)
+    new_value: list[str | None] = field(default_factory=list)  # the text the history stores; None: removed
+    removed: list[bool] = field(default_factory=list)
+    quota_value: list[float | None] = field(default_factory=list)
+    record: list[bytes | None] = field(default_factory=list)  # a client-metrics or config record, serialized
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def extend(self, other: LogEvents, lo: int = 0, hi: int | None = None) -> None:
+        """Append ``other``'s events ``[lo, hi)``."""
+        for name in _FIELDS:
+            getattr(self, name).extend(getattr(other, name)[lo:hi])
+
+    def config_keys(self) -> Iterator[ConfigKey]:
+        return zip(self.kind, self.entity, self.key, strict=True)
+
+    def table(self, rows: Sequence[int]) -> pa.Table:
+        """The events at ``rows`` as an Arrow table (``ENTRY_SCHEMA``)."""
+        index = pa.array(rows, pa.int64())
+        return pa.Table.from_arrays(
+            [pa.array(getattr(self, name), type_).take(index) for name, type_ in _ENTRY_TYPES],
+            schema=ENTRY_SCHEMA,
+        )
+
+
+_FIELDS = tuple(f.name for f in fields(LogEvents))
+_ENTRY_TYPES = (
+    ("offset", pa.int64()),
+    ("commit_time_ms", pa.int64()),
+    ("principal", pa.string()),
+    ("request_id", pa.string()),
+    ("kind", pa.string()),
+    ("entity", pa.string()),
+    ("key", pa.string()),
+    ("new_value", pa.string()),
+    ("removed", pa.bool_()),
+    ("quota_value", pa.float64()),
+    ("record", pa.binary()),
+)
+#: A config key's last event, as ``summarize`` reports it and the snapshot is built from.
+ENTRY_SCHEMA = pa.schema(list(_ENTRY_TYPES))
+
+
+def events_of_batch(columns: pb.EventColumns, offsets: Sequence[int], valid_entities: set[str]) -> LogEvents:
+    """The events of one decoded frame (or snapshot batch) at ``offsets``.
+
+    Raises ValueError for columns that do not add up, an unknown kind or config resource type, or a
+    non-canonical entity id (the log's replay refuses them too). ``valid_entities`` caches the entity
+    ids already checked.
+    """
+    kinds = list(columns.kind)
+    n = len(kinds)
+    entities, keys = list(columns.quota_entity), list(columns.quota_key)
+    values, removes = list(columns.quota_value), list(columns.quota_remove)
+    n_quota, n_metrics, n_config = (kinds.count(k) for k in (KIND_CLIENT_QUOTA, KIND_CLIENT_METRICS, KIND_CONFIG))
+    if n_quota + n_metrics + n_config != n:
+        i, unknown = next(
+            (i, k) for i, k in enumerate(kinds) if k not in (KIND_CLIENT_QUOTA, KIND_CLIENT_METRICS, KIND_CONFIG)
+        )
+        raise ValueError(f"the event at offset {offsets[i]} has an unknown record kind {unknown}")
+    if not len(entities) == len(keys) == len(values) == len(removes) == n_quota:
+        raise ValueError(
+            f"the frame at offset {offsets[0]} has {n_quota} quota events and quota columns of other lengths"
+        )
+    if len(columns.client_metrics) != n_metrics or len(columns.config) != n_config:
+        raise ValueError(f"the frame at offset {offsets[0]} has record columns that do not match its kinds")
+    for eid in set(entities) - valid_entities:
+        entity_of(eid)  # a non-canonical entity id is corruption: the log's replay refuses it too
+        valid_entities.add(eid)
+    quota_values = [None if remove else value for value, remove in zip(values, removes, strict=True)]
+    quota_texts = [None if value is None else repr(value) for value in quota_values]
+    events = LogEvents(list(offsets), list(columns.commit_time_ms), list(columns.principal), list(columns.request_id))
+    if n_quota == n:
+        events.kind, events.entity, events.key = [QUOTA] * n, entities, keys
+        events.new_value, events.removed, events.quota_value, events.record = (
+            quota_texts,
+            removes,
+            quota_values,
+            [None] * n,
+        )
+        return events
+    quota, metrics, configs = iter(range(n_quota)), iter(columns.client_metrics), iter(columns.config)
+    for i, kind in enumerate(kinds):
+        if kind == KIND_CLIENT_QUOTA:
+            q = next(quota)
+            row: tuple[Any, ...] = (QUOTA, entities[q], keys[q], quota_texts[q], removes[q], quota_values[q], None)
+        elif kind == KIND_CLIENT_METRICS:
+            message = next(metrics)
+            cm = client_metrics_configs(message)
+            text = _value_json(cm) if cm else None
+            row = (METRICS, message.name, message.name, text, not cm, None, message.SerializeToString())
+        else:
+            message = next(configs)
+            rtype, rname = message.resource_type, message.resource_name
+            if rtype not in (ConfigResourceType.BROKER, ConfigResourceType.TOPIC):
+                raise ValueError(f"the event at offset {offsets[i]} has an unknown config resource type {rtype}")
+            has = message.HasField("value")
+            entity = f"{ConfigResourceType(rtype).name.lower()}:{rname}"
+            row = (
+                CONFIG,
+                entity,
+                message.name,
+                message.value if has else None,
+                not has,
+                None,
+                message.SerializeToString(),
+            )
+        for column, value in zip(
+            (
+                events.kind,
+                events.entity,
+                events.key,
+                events.new_value,
+                events.removed,
+                events.quota_value,
+                events.record,
+            ),
+            row,
+            strict=True,
+        ):
+            column.append(value)
+    return events
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRange:
+    """The frames of segment ``path`` (first offset ``base``) whose base offsets are in ``[lo, hi)``;
+    ``hi`` None: to the segment's end, which must be where the next segment (``next_base``) begins."""
+
+    path: str
+    base: int
+    next_base: int | None
+    lo: int
+    hi: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What one task reads: consecutive ranges of one or more segments (dense offsets: its events are
+    contiguous)."""
+
+    ranges: tuple[SegmentRange, ...]
+
+
+def chunk_events(
+    chunk: Chunk, start: int, up_to: int, frames: list[int] | None = None, segments: list[tuple[int, int]] | None = None
+) -> LogEvents:
+    """The chunk's events in ``[start, up_to)``; raises ``CorruptLogError`` (or ``FileNotFoundError``).
+
+    Checked as the log's recovery checks a segment that is not the last (any frame that does not
+    verify is corruption, there is no torn tail to forgive): both CRCs of each of the chunk's frames,
+    dense offsets from the segment's name, each frame's record count against its payload, and, for a
+    range that ends its segment, that the segment ends exactly where the next one begins. ``frames``,
+    if given, gets the number of events each frame contributed (the request-id window trims per frame);
+    ``segments`` gets ``(segment base, events)`` per range.
+    """
+    out = LogEvents()
+    valid_entities: set[str] = set()
+    decompressor = zstandard.ZstdDecompressor()
+    for segment in chunk.ranges:
+        before = len(out)
+        _read_range(segment, start, up_to, out, frames, valid_entities, decompressor)
+        if segments is not None and len(out) > before:
+            segments.append((segment.base, len(out) - before))
+    return out
+
+
+def _read_range(
+    segment: SegmentRange,
+    start: int,
+    up_to: int,
+    out: LogEvents,
+    frames: list[int] | None,
+    valid_entities: set[str],
+    decompressor: zstandard.ZstdDecompressor,
+) -> None:
+    path = segment.path
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data:
+        raise CorruptLogError(path, 0, "empty segment that is not the last", offset=segment.base)
+    hi = up_to if segment.hi is None else min(segment.hi, up_to)
+    position, expected = 0, segment.base
+    while position < len(data) and expected < hi:
+        try:
+            # frames before the range: their headers only, to find its first frame (another task verifies them)
+            mine = expected >= segment.lo
+            header = parse_frame(data, position) if mine else parse_frame_header(data, position)
+            if header.base_offset != expected:
+                raise CorruptLogError(
+                    path, position, f"frame base offset {header.base_offset}, expected {expected}", offset=expected
+                )
+            if not mine:
+                position, expected = header.end, header.next_offset
+                continue
+            batch = decode_event_batch(data, header, decompressor)
+        except FrameError as exc:
+            raise CorruptLogError(path, exc.position, exc.reason, offset=expected) from None
+        try:
+            events = events_of_batch(batch, range(expected, header.next_offset), valid_entities)
+        except ValueError as exc:
+            raise CorruptLogError(path, position, str(exc), offset=expected) from None
+        lo, end = max(0, start - expected), min(len(events), up_to - expected)
+        if end > lo:
+            out.extend(events, lo, end)
+            if frames is not None:
+                frames.append(end - lo)
+        position, expected = header.end, header.next_offset
+    if segment.hi is None and expected < up_to and segment.next_base is not None and expected != segment.next_base:
+        raise CorruptLogError(
+            path,
+            position,
+            f"segment ends at offset {expected}, the next segment starts at {segment.next_base}",
+            offset=expected,
+        )
+
+
+def deleted_message(path: str) -> str:
+    return f"{path}: segment deleted while the job ran (retention?); run it again"
+
+
+@dataclass(slots=True)
+class ChunkSummary:
+    """What the first pass learns of one chunk: enough to check coverage, seed the second pass with each
+    key's value before the chunk, and write the snapshot, without sending the chunk's events back."""
+
+    chunk: Chunk
+    error: str | None = None
+    events: int = 0
+    last_offset: int = -1
+    last_commit_time_ms: int = 0
+    last: bytes = b""  # each config key's last event in the chunk: an Arrow IPC stream of ENTRY_SCHEMA
+    segments: list[tuple[int, int]] = field(default_factory=list)  # (segment base, events) per range read
+    frame_sizes: list[int] = field(default_factory=list)  # events per frame, in order
+    request_ids: list[str] = field(default_factory=list)  # every event's request id, in order
+
+    def last_table(self) -> pa.Table:
+        return pa.ipc.open_stream(self.last).read_all()
+
+
+def last_rows(events: LogEvents) -> list[int]:
+    """The row of each config key's last event in ``events``, in offset order."""
+    return sorted(dict(zip(events.config_keys(), range(len(events)), strict=False)).values())
+
+
+def summarize(chunk: Chunk, start: int, up_to: int) -> ChunkSummary:
+    """The first pass over one chunk (in an executor); a bad chunk is a summary with ``error`` set."""
+    frames: list[int] = []
+    segments: list[tuple[int, int]] = []
+    try:
+        events = chunk_events(chunk, start, up_to, frames, segments)
+    except CorruptLogError as exc:
+        return ChunkSummary(chunk, error=str(exc))
+    except FileNotFoundError as exc:
+        return ChunkSummary(chunk, error=deleted_message(str(exc.filename)))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, ENTRY_SCHEMA) as writer:
+        writer.write_table(events.table(last_rows(events)))
+    summary = ChunkSummary(chunk, events=len(events), last=sink.getvalue().to_pybytes())
+    if events.offset:
+        summary.last_offset, summary.last_commit_time_ms = events.offset[-1], events.commit_time_ms[-1]
+    summary.segments, summary.frame_sizes, summary.request_ids = segments, frames, events.request_id
+    return summary
+
+
+def history_batch(
+    events: LogEvents, values: dict[ConfigKey, str | None], segments: Sequence[tuple[int, int]]
+) -> pa.RecordBatch:
+    """The history rows (``HISTORY_SCHEMA``) of ``events``: each one's old value is its key's previous
+    value, from ``values`` (each key's value before them, carried forward as the rows go); ``segments``
+    the ``(segment base, events)`` runs they come from."""
+    old_values: list[str | None] = []
+    before = values.get
+    for key, new in zip(events.config_keys(), events.new_value, strict=True):
+        old_values.append(before(key))
+        values[key] = new
+    string = pa.string()
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(events.offset, pa.int64()),
+            pa.array(events.commit_time_ms, pa.int64()),
+            pa.array(events.principal, string),
+            pa.array(events.request_id, string),
+            pa.array(events.kind, string),
+            pa.array(events.entity, string),
+            pa.array(events.key, string),
+            pa.array(old_values, string),
+            pa.array(events.new_value, string),
+            pa.concat_arrays([pa.repeat(pa.scalar(base, pa.int64()), n) for base, n in segments]),
+        ],
+        names=[column.split()[0] for column in HISTORY_SCHEMA.split(", ")],
+    )
+
+
+def frames_of(
+    frame_sizes: Sequence[int], first_offset: int, request_ids: Sequence[str]
+) -> Iterator[tuple[range, Sequence[str]]]:
+    """``(offsets, request_ids)`` per frame, as ``ConfigImage.applied_request_window`` takes them."""
+    position = 0
+    for size in frame_sizes:
+        yield range(first_offset + position, first_offset + position + size), request_ids[position : position + size]
+        position += size
