@@ -35,6 +35,7 @@ from ._framing import FrameError, decode_message, decode_payload, encode_frame, 
 from ._log_errors import EventLogError
 
 __all__ = [
+    "ENTRIES_PER_FRAME",
     "SNAPSHOT_SUFFIX",
     "SNAPSHOT_VERSION",
     "CorruptSnapshotError",
@@ -44,6 +45,7 @@ __all__ = [
     "snapshot_name",
     "verify_snapshot",
     "write_snapshot",
+    "write_snapshot_columns",
 ]
 
 SNAPSHOT_VERSION = 1
@@ -74,12 +76,16 @@ def _parse_name(name: str) -> int | None:
     return int(m[1]) if m else None
 
 
+#: Entries per frame, as ``write_snapshot`` cuts them by default (and ``ConfigStore`` writes them).
+ENTRIES_PER_FRAME = 4096
+
+
 def write_snapshot(
     directory: str | os.PathLike[str],
     header: pb.SnapshotHeader,
     entries: Iterable[tuple[int, pb.Event]],
     *,
-    entries_per_frame: int = 4096,
+    entries_per_frame: int = ENTRIES_PER_FRAME,
     fsync: bool = True,
 ) -> Path:
     """Write ``entries`` ((log offset, event) pairs, offsets increasing) after ``header`` as
@@ -92,6 +98,50 @@ def write_snapshot(
     """
     if entries_per_frame < 1:
         raise ValueError(f"entries_per_frame must be >= 1, got {entries_per_frame}")
+
+    def payloads() -> Iterator[tuple[bytes, int, int]]:
+        it = iter(entries)
+        while chunk := list(itertools.islice(it, entries_per_frame)):
+            if not all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], pb.Event) for e in chunk):
+                raise TypeError("snapshot entries are (offset, quotaplane.v1.Event) pairs")
+            events = [event for _, event in chunk]
+            payload = encode_events(events, [offset for offset, _ in chunk])
+            yield payload, len(chunk), max(e.commit_time_ms for e in events)
+
+    return _write(directory, header, payloads(), fsync=fsync)
+
+
+def write_snapshot_columns(
+    directory: str | os.PathLike[str],
+    header: pb.SnapshotHeader,
+    batches: Iterable[pb.EventColumns],
+    *,
+    fsync: bool = True,
+) -> Path:
+    """``write_snapshot`` for entries already in columns: each non-empty batch, its ``offset`` column
+    set, is one entry frame. The bytes are ``write_snapshot``'s for the same entries cut into the same
+    frames (``ENTRIES_PER_FRAME`` each, as it cuts them); a writer with many entries (the Spark
+    compaction) builds them without an ``Event`` message per entry."""
+
+    def payloads() -> Iterator[tuple[bytes, int, int]]:
+        for batch in batches:
+            n = len(batch.kind)
+            if len(batch.offset) != n:
+                raise ValueError(f"{len(batch.offset)} offsets for {n} snapshot entries")
+            if n:
+                yield batch.SerializeToString(), n, max(batch.commit_time_ms)
+
+    return _write(directory, header, payloads(), fsync=fsync)
+
+
+def _write(
+    directory: str | os.PathLike[str],
+    header: pb.SnapshotHeader,
+    payloads: Iterable[tuple[bytes, int, int]],
+    *,
+    fsync: bool,
+) -> Path:
+    """The header frame, then one entry frame per ``(payload, entries, max commit time)``, as one file."""
     if header.version not in (0, SNAPSHOT_VERSION):
         raise ValueError(f"unsupported snapshot version {header.version} (this writer knows {SNAPSHOT_VERSION})")
     if header.end_offset < 0:
@@ -99,21 +149,13 @@ def write_snapshot(
     compressor = zstandard.ZstdCompressor()
     frames: list[bytes] = []
     count = 0
-    it = iter(entries)
-    while chunk := list(itertools.islice(it, entries_per_frame)):
-        if not all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], pb.Event) for e in chunk):
-            raise TypeError("snapshot entries are (offset, quotaplane.v1.Event) pairs")
-        events = [event for _, event in chunk]
+    for payload, n, max_time in payloads:
         frames.append(
             encode_frame(
-                encode_events(events, [offset for offset, _ in chunk]),
-                base_offset=1 + count,
-                record_count=len(chunk),
-                max_commit_time_ms=max(e.commit_time_ms for e in events),
-                compressor=compressor,
+                payload, base_offset=1 + count, record_count=n, max_commit_time_ms=max_time, compressor=compressor
             )
         )
-        count += len(chunk)
+        count += n
     head = pb.SnapshotHeader()
     head.CopyFrom(header)
     head.version = SNAPSHOT_VERSION

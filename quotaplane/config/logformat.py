@@ -18,8 +18,9 @@ client-quota entity ids of ``quotaplane.config`` (a separate package would impor
 - **Segments** (``segment_name``, ``parse_segment_name``, ``list_segments``): ``%020d.log`` files
   named by their first offset, each a run of frames at dense offsets. ``CorruptLogError`` is damage
   that is not a torn tail.
-- **Snapshots** (``write_snapshot``, ``read_snapshot_batches``, ``list_snapshots``): ``%020d.snapshot``
-  files named by their end offset, a ``SnapshotHeader`` frame then entry frames; written atomically.
+- **Snapshots** (``write_snapshot``, ``write_snapshot_columns`` for entries already in columns,
+  ``read_snapshot_batches``, ``list_snapshots``): ``%020d.snapshot`` files named by their end offset,
+  a ``SnapshotHeader`` frame then entry frames; written atomically.
 - **Columns** (``EventColumns``, ``KIND_*``, ``encode_events``, ``events_of``, ``entity_of``): the
   payload of a log frame and of a snapshot's entry frames.
 
@@ -74,6 +75,7 @@ from ._framing import (
 from ._log_errors import CorruptLogError
 from ._segments import SEGMENT_SUFFIX, list_segments, parse_segment_name, segment_name
 from ._snapshot_file import (
+    ENTRIES_PER_FRAME,
     SNAPSHOT_SUFFIX,
     SNAPSHOT_VERSION,
     CorruptSnapshotError,
@@ -82,11 +84,13 @@ from ._snapshot_file import (
     read_snapshot_batches,
     snapshot_name,
     write_snapshot,
+    write_snapshot_columns,
 )
 
 __all__ = [
     "CODEC_NONE",
     "CODEC_ZSTD",
+    "ENTRIES_PER_FRAME",
     "FRAME_HEADER_SIZE",
     "FRAME_MAGIC",
     "FRAME_VERSION",
@@ -128,4 +132,5 @@ __all__ = [
     "segment_name",
     "snapshot_name",
     "write_snapshot",
+    "write_snapshot_columns",
 ]

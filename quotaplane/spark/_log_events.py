@@ -22,6 +22,7 @@ the driver computed for the chunk.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -106,10 +107,9 @@ class LogEvents:
 
     def table(self, rows: Sequence[int]) -> pa.Table:
         """The events at ``rows`` as an Arrow table (``ENTRY_SCHEMA``)."""
-        index = pa.array(rows, pa.int64())
+        pick = operator.itemgetter(*rows) if len(rows) > 1 else lambda column: tuple(column[i] for i in rows)
         return pa.Table.from_arrays(
-            [pa.array(getattr(self, name), type_).take(index) for name, type_ in _ENTRY_TYPES],
-            schema=ENTRY_SCHEMA,
+            [pa.array(pick(getattr(self, name)), type_) for name, type_ in _ENTRY_TYPES], schema=ENTRY_SCHEMA
         )
 
 

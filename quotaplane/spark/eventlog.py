@@ -61,11 +61,18 @@ from quotaplane.config import (
     CorruptLogError,
     client_metrics_configs,
     client_metrics_event,
-    client_quota_event,
     config_event,
-    entity_of,
 )
-from quotaplane.config.logformat import list_segments, list_snapshots, read_snapshot_batches, write_snapshot
+from quotaplane.config.logformat import (
+    ENTRIES_PER_FRAME,
+    KIND_CLIENT_METRICS,
+    KIND_CLIENT_QUOTA,
+    KIND_CONFIG,
+    list_segments,
+    list_snapshots,
+    read_snapshot_batches,
+    write_snapshot_columns,
+)
 from quotaplane.durable import fsync_directory
 from quotaplane.v1 import config_events_pb2 as pb
 
@@ -201,32 +208,47 @@ class _State:
         self.entries.update(zip(keys, zip(itertools.repeat(t), range(len(keys)), strict=False), strict=True))
         return before
 
-    def snapshot_entries(self) -> list[tuple[int, pb.Event]]:
-        """The live keys' entries (as ``ConfigImage.snapshot_events`` builds them), in offset order."""
+    def snapshot_batches(self) -> Iterator[pb.EventColumns]:
+        """The live keys' entries in offset order, as the snapshot's entry frames (``ENTRIES_PER_FRAME``
+        each): the columns ``write_snapshot`` would encode from ``ConfigImage.snapshot_events``'s events,
+        built without an event per quota entry (client-metrics and config entries go through the same
+        record builders, which normalise them)."""
         live = []
         for t, row in self.entries.values():
             columns = self.tables[t]
             if not columns["removed"][row]:
                 live.append((columns["offset"][row], t, row))
         live.sort()
-        return [(offset, self._entry_event(self.tables[t], row)) for offset, t, row in live]
-
-    @staticmethod
-    def _entry_event(columns: dict[str, list], row: int) -> pb.Event:
-        kind = columns["kind"][row]
-        if kind == QUOTA:
-            event = client_quota_event(
-                entity_of(columns["entity"][row]), columns["key"][row], columns["quota_value"][row]
-            )
-        elif kind == METRICS:
-            record = pb.ClientMetricsRecord.FromString(columns["record"][row])
-            event = client_metrics_event(record.name, client_metrics_configs(record))
-        else:
-            record = pb.ConfigRecord.FromString(columns["record"][row])
-            event = config_event(record.resource_type, record.resource_name, record.name, record.value)
-        event.commit_time_ms = columns["commit_time_ms"][row]
-        event.principal, event.request_id = columns["principal"][row], columns["request_id"][row]
-        return event
+        for first in range(0, len(live), ENTRIES_PER_FRAME):
+            batch = pb.EventColumns()
+            entities, keys, values = [], [], []
+            for offset, t, row in live[first : first + ENTRIES_PER_FRAME]:
+                columns = self.tables[t]
+                batch.offset.append(offset)
+                batch.commit_time_ms.append(columns["commit_time_ms"][row])
+                batch.principal.append(columns["principal"][row])
+                batch.request_id.append(columns["request_id"][row])
+                kind = columns["kind"][row]
+                if kind == QUOTA:
+                    batch.kind.append(KIND_CLIENT_QUOTA)
+                    entities.append(columns["entity"][row])
+                    keys.append(columns["key"][row])
+                    values.append(columns["quota_value"][row])
+                elif kind == METRICS:
+                    record = pb.ClientMetricsRecord.FromString(columns["record"][row])
+                    batch.kind.append(KIND_CLIENT_METRICS)
+                    event = client_metrics_event(record.name, client_metrics_configs(record))
+                    batch.client_metrics.append(event.client_metrics)
+                else:
+                    record = pb.ConfigRecord.FromString(columns["record"][row])
+                    batch.kind.append(KIND_CONFIG)
+                    event = config_event(record.resource_type, record.resource_name, record.name, record.value)
+                    batch.config.append(event.config)
+            batch.quota_entity.extend(entities)
+            batch.quota_key.extend(keys)
+            batch.quota_value.extend(values)
+            batch.quota_remove.extend([False] * len(entities))
+            yield batch
 
 
 def _seed_table(frames: Sequence[pb.EventColumns]) -> pa.Table:
@@ -305,7 +327,7 @@ def compact_log(
         last_commit_time_ms=last_read.last_commit_time_ms,
         applied_requests=_request_window(summaries, seed[1] if seed else None, max_applied_requests),
     )
-    snapshot, entries = _write_snapshot(state.snapshot_entries(), header, log_path, max_applied_requests, fsync=fsync)
+    snapshot, entries = _write_snapshot(state.snapshot_batches(), header, log_path, max_applied_requests, fsync=fsync)
     return LogCompaction(
         snapshot=snapshot,
         start_offset=start,
@@ -409,7 +431,7 @@ def _request_window(
 
 
 def _write_snapshot(
-    entries: list[tuple[int, pb.Event]],
+    batches: Iterator[pb.EventColumns],
     header: pb.SnapshotHeader,
     log_path: Path,
     max_applied_requests: int,
@@ -421,15 +443,16 @@ def _write_snapshot(
     staging = log_path / f".compact-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        staged = write_snapshot(staging, header, entries, fsync=fsync)
+        staged = write_snapshot_columns(staging, header, batches, fsync=fsync)
         checked_header, frames = read_snapshot_batches(staged)  # every CRC, the counts, the name
         image = ConfigImage.from_snapshot(checked_header, frames, max_applied_requests=max_applied_requests)
-        if image.end_offset != up_to or len(image) != len(entries):
-            raise RuntimeError(f"the staged snapshot {staged} does not replay to {len(entries)} keys at {up_to}")
+        entries = checked_header.entry_count
+        if image.end_offset != up_to or len(image) != entries:
+            raise RuntimeError(f"the staged snapshot {staged} does not replay to {entries} keys at {up_to}")
         final = log_path / staged.name
         os.replace(staged, final)
         if fsync:
             fsync_directory(log_path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return final, len(entries)
+    return final, entries

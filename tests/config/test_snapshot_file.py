@@ -24,6 +24,7 @@ from quotaplane.config.logformat import (
     read_snapshot_batches,
     snapshot_name,
     write_snapshot,
+    write_snapshot_columns,
 )
 from quotaplane.v1 import config_events_pb2 as pb
 
@@ -70,6 +71,26 @@ def test_round_trip(tmp_path: Path):
     assert given.entry_count == 0 and given.version == 0  # the caller's header is not changed
     same_header, batches = read_snapshot_batches(path)
     assert same_header == expected and [len(b.kind) for b in batches] == [7] * 14 + [2]
+
+
+def test_columns_writer_writes_the_same_bytes(tmp_path: Path):
+    """Entries handed over already as columns (one batch a frame) give the file the event writer gives."""
+    entries = [entry(i) for i in range(100)]
+    (tmp_path / "a").mkdir()
+    by_events = write_snapshot(tmp_path / "a", header(), entries, entries_per_frame=7)
+    batches = [
+        pb.EventColumns.FromString(
+            encode_events([e for _, e in entries[i : i + 7]], [o for o, _ in entries[i : i + 7]])
+        )
+        for i in range(0, 100, 7)
+    ]
+    (tmp_path / "b").mkdir()
+    by_columns = write_snapshot_columns(tmp_path / "b", header(), [*batches, pb.EventColumns()])
+    assert by_columns.read_bytes() == by_events.read_bytes()
+    assert list(read_snapshot(by_columns)[1]) == entries
+    with pytest.raises(ValueError, match="offsets for"):
+        bad = pb.EventColumns.FromString(encode_events([entries[0][1]]))  # no offset column
+        write_snapshot_columns(tmp_path / "b", header(), [bad])
 
 
 def test_frames_are_as_documented(tmp_path: Path):
