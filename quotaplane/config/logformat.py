@@ -21,8 +21,8 @@ client-quota entity ids of ``quotaplane.config`` (a separate package would impor
 - **Snapshots** (``write_snapshot``, ``write_snapshot_columns`` for entries already in columns,
   ``read_snapshot_batches``, ``list_snapshots``): ``%020d.snapshot`` files named by their end offset,
   a ``SnapshotHeader`` frame then entry frames; written atomically.
-- **Columns** (``EventColumns``, ``KIND_*``, ``encode_events``, ``events_of``, ``entity_of``): the
-  payload of a log frame and of a snapshot's entry frames.
+- **Columns** (``EventColumns``, ``KIND_*``, ``encode_events``, ``events_of``, ``kinds_and_entities``,
+  ``entity_of``): the payload of a log frame and of a snapshot's entry frames.
 
 >>> from quotaplane.config import client_quota_event
 >>> event = client_quota_event((("user", "alice"),), "producer_byte_rate", 1024.0)
@@ -49,6 +49,7 @@ from ._columns import (
     entity_id,
     entity_of,
     events_of,
+    kinds_and_entities,
 )
 from ._framing import (
     CODEC_NONE,
@@ -122,6 +123,7 @@ __all__ = [
     "entity_of",
     "events_of",
     "iter_frames",
+    "kinds_and_entities",
     "list_segments",
     "list_snapshots",
     "parse_frame",

@@ -30,13 +30,14 @@ from typing import Any
 import pyarrow as pa
 import zstandard
 
-from quotaplane.config import ConfigResourceType, CorruptLogError, client_metrics_configs, entity_of
+from quotaplane.config import ConfigResourceType, CorruptLogError, client_metrics_configs
 from quotaplane.config.logformat import (
     KIND_CLIENT_METRICS,
     KIND_CLIENT_QUOTA,
     KIND_CONFIG,
     FrameError,
     decode_event_batch,
+    kinds_and_entities,
     parse_frame,
     parse_frame_header,
 )
@@ -99,8 +100,10 @@ class LogEvents:
 
     def extend(self, other: LogEvents, lo: int = 0, hi: int | None = None) -> None:
         """Append ``other``'s events ``[lo, hi)``."""
+        whole = lo == 0 and (hi is None or hi >= len(other))
         for name in _FIELDS:
-            getattr(self, name).extend(getattr(other, name)[lo:hi])
+            column = getattr(other, name)
+            getattr(self, name).extend(column if whole else column[lo:hi])
 
     def config_keys(self) -> Iterator[ConfigKey]:
         return zip(self.kind, self.entity, self.key, strict=True)
@@ -131,34 +134,26 @@ _ENTRY_TYPES = (
 ENTRY_SCHEMA = pa.schema(list(_ENTRY_TYPES))
 
 
-def events_of_batch(columns: pb.EventColumns, offsets: Sequence[int], valid_entities: set[str]) -> LogEvents:
-    """The events of one decoded frame (or snapshot batch) at ``offsets``.
-
-    Raises ValueError for columns that do not add up, an unknown kind or config resource type, or a
-    non-canonical entity id (the log's replay refuses them too). ``valid_entities`` caches the entity
-    ids already checked.
-    """
-    kinds = list(columns.kind)
+def events_of_batch(columns: pb.EventColumns, offsets: Sequence[int]) -> LogEvents:
+    """The events of one frame (or snapshot batch) at ``offsets``, as ``decode_columns`` decoded it (its
+    columns' lengths and entity ids checked there). Raises ValueError for an unknown kind or config
+    resource type, as the log's replay does."""
+    kinds, entities = kinds_and_entities(columns)  # the lists decode_columns built for its checks
     n = len(kinds)
-    entities, keys = list(columns.quota_entity), list(columns.quota_key)
-    values, removes = list(columns.quota_value), list(columns.quota_remove)
     n_quota, n_metrics, n_config = (kinds.count(k) for k in (KIND_CLIENT_QUOTA, KIND_CLIENT_METRICS, KIND_CONFIG))
     if n_quota + n_metrics + n_config != n:
         i, unknown = next(
             (i, k) for i, k in enumerate(kinds) if k not in (KIND_CLIENT_QUOTA, KIND_CLIENT_METRICS, KIND_CONFIG)
         )
         raise ValueError(f"the event at offset {offsets[i]} has an unknown record kind {unknown}")
-    if not len(entities) == len(keys) == len(values) == len(removes) == n_quota:
-        raise ValueError(
-            f"the frame at offset {offsets[0]} has {n_quota} quota events and quota columns of other lengths"
-        )
-    if len(columns.client_metrics) != n_metrics or len(columns.config) != n_config:
-        raise ValueError(f"the frame at offset {offsets[0]} has record columns that do not match its kinds")
-    for eid in set(entities) - valid_entities:
-        entity_of(eid)  # a non-canonical entity id is corruption: the log's replay refuses it too
-        valid_entities.add(eid)
-    quota_values = [None if remove else value for value, remove in zip(values, removes, strict=True)]
-    quota_texts = [None if value is None else repr(value) for value in quota_values]
+    keys, values, removes = list(columns.quota_key), list(columns.quota_value), list(columns.quota_remove)
+    if not len(entities) == len(keys) == len(values) == len(removes) == n_quota:  # as decode_columns checks
+        raise ValueError(f"the batch at offset {offsets[0]} has {n_quota} quota events and columns of other lengths")
+    if True in removes:
+        quota_values = [None if remove else value for value, remove in zip(values, removes, strict=True)]
+        quota_texts = [None if value is None else repr(value) for value in quota_values]
+    else:  # the common frame: values set, none removed
+        quota_values, quota_texts = values, list(map(repr, values))
     events = LogEvents(list(offsets), list(columns.commit_time_ms), list(columns.principal), list(columns.request_id))
     if n_quota == n:
         events.kind, events.entity, events.key = [QUOTA] * n, entities, keys
@@ -245,11 +240,10 @@ def chunk_events(
     ``segments`` gets ``(segment base, events)`` per range.
     """
     out = LogEvents()
-    valid_entities: set[str] = set()
     decompressor = zstandard.ZstdDecompressor()
     for segment in chunk.ranges:
         before = len(out)
-        _read_range(segment, start, up_to, out, frames, valid_entities, decompressor)
+        _read_range(segment, start, up_to, out, frames, decompressor)
         if segments is not None and len(out) > before:
             segments.append((segment.base, len(out) - before))
     return out
@@ -261,7 +255,6 @@ def _read_range(
     up_to: int,
     out: LogEvents,
     frames: list[int] | None,
-    valid_entities: set[str],
     decompressor: zstandard.ZstdDecompressor,
 ) -> None:
     path = segment.path
@@ -287,7 +280,7 @@ def _read_range(
         except FrameError as exc:
             raise CorruptLogError(path, exc.position, exc.reason, offset=expected) from None
         try:
-            events = events_of_batch(batch, range(expected, header.next_offset), valid_entities)
+            events = events_of_batch(batch, range(expected, header.next_offset))
         except ValueError as exc:
             raise CorruptLogError(path, position, str(exc), offset=expected) from None
         lo, end = max(0, start - expected), min(len(events), up_to - expected)

@@ -254,9 +254,8 @@ class _State:
 def _seed_table(frames: Sequence[pb.EventColumns]) -> pa.Table:
     """A seed snapshot's entries as a chunk's last events (state for old values, never history)."""
     events = LogEvents()
-    valid: set[str] = set()
     for columns in frames:
-        events.extend(events_of_batch(columns, list(columns.offset), valid))
+        events.extend(events_of_batch(columns, list(columns.offset)))
     return events.table(last_rows(events))
 
 
@@ -343,15 +342,15 @@ def compact_log(
 
 def _history_pass(
     chunks: Sequence[Chunk],
-    values_before: Broadcast,
+    values_before: Sequence[Broadcast],
     start: int,
     up_to: int,
     skip_segment: int | None,
     errors: SetAccumulator,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The second pass (``mapInArrow`` over ``spark.range(len(chunks))``): chunk ``i``'s history rows, its
-    keys' old values starting from ``values_before.value[i]``, none of segment ``skip_segment``. A chunk
-    gives all its rows or none."""
+    keys' old values starting from ``values_before[i].value`` (one broadcast a chunk: a task loads only
+    its own), none of segment ``skip_segment``. A chunk gives all its rows or none."""
     import pyarrow.compute as pc
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -366,7 +365,7 @@ def _history_pass(
                 except FileNotFoundError as exc:
                     errors.add((str(exc.filename), deleted_message(str(exc.filename))))
                     continue
-                rows = history_batch(events, dict(values_before.value[i]), segments)
+                rows = history_batch(events, dict(values_before[i].value), segments)
                 if skip_segment is not None:
                     rows = rows.filter(pc.not_equal(rows.column("segment"), skip_segment))
                 if rows.num_rows:
@@ -398,7 +397,7 @@ def _write_history(
         return 0
     sc = spark.sparkContext
     errors = SetAccumulator.create(sc)
-    values = sc.broadcast(list(values_before))
+    values = [sc.broadcast(v) for v in values_before]
     try:
         rows = spark.range(len(summaries), numPartitions=len(summaries)).mapInArrow(
             _history_pass([s.chunk for s in summaries], values, start, up_to, skip, errors), HISTORY_SCHEMA
@@ -410,7 +409,8 @@ def _write_history(
         )
         history.write.mode("overwrite").partitionBy("segment").parquet(history_dir)
     finally:
-        values.destroy()
+        for broadcast in values:
+            broadcast.destroy()
     if errors.value:  # a segment deleted between the passes: no snapshot, and a clear message
         raise JobInputError("; ".join(sorted(message for _, message in errors.value)))
     return rows_written

@@ -107,9 +107,7 @@ def test_columns_equal_the_logs_own_events(mixed_log: Path) -> None:
     for base, path in list_segments(mixed_log):
         data = path.read_bytes()
         for header in iter_frames(data):
-            events = events_of_batch(
-                decode_event_batch(data, header), range(header.base_offset, header.next_offset), set()
-            )
+            events = events_of_batch(decode_event_batch(data, header), range(header.base_offset, header.next_offset))
             for i, offset in enumerate(events.offset):
                 event = expected[offset]
                 row = (events.kind[i], events.entity[i], events.key[i], events.new_value[i], events.removed[i])
