@@ -13,6 +13,7 @@ a crash) is not an error: the records before it are kept, as every archive reade
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["HourDir", "list_hour_dirs", "read_stream", "read_stream_arrow"]
+__all__ = ["HourDir", "list_hour_dirs", "one_task_per_segment", "read_stream", "read_stream_arrow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,3 +177,28 @@ def read_stream_arrow(
         yield from out
 
     return files.mapInArrow(decode, schema)
+
+
+@contextmanager
+def one_task_per_segment(spark: SparkSession) -> Iterator[None]:
+    """Within the block, a file scan gives each file a task of its own: run the action of a
+    ``read_stream_arrow`` DataFrame in it (the files are split into tasks when an action plans them).
+
+    Why: Spark packs files into tasks by their bytes (``spark.sql.files.maxPartitionBytes``, each file
+    counted ``openCostInBytes`` more), which suits files that cost what they weigh to read. A segment's
+    bytes are zstd-compressed pushes whose decoding is all the work: left to the default, a few
+    segments of a few hundred kilobytes make one task and one core decodes them all. With the open cost
+    set to the partition size, no two files share a task (Spark hands out the biggest first). The
+    setting is the session's: it is put back on leaving the block.
+    """
+    conf = spark.conf
+    key = "spark.sql.files.openCostInBytes"
+    before = conf.get(key, None)
+    conf.set(key, conf.get("spark.sql.files.maxPartitionBytes"))
+    try:
+        yield
+    finally:
+        if before is None:
+            conf.unset(key)
+        else:
+            conf.set(key, before)

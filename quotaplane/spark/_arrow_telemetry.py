@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quotaplane.archive import ArchiveRecord, TornTail, iter_segment_batches
 
@@ -51,6 +52,7 @@ POINT_ARROW_SCHEMA = pa.schema(
 
 _TEMPORALITY = {1: "delta", 2: "cumulative"}
 _HEAD = ("client_instance_id", "client_id", "principal", "node_id")
+_METRIC_TYPES = (pa.string(), pa.string(), pa.string(), pa.bool_())
 
 
 def any_value_text(value: Any) -> str:
@@ -67,10 +69,15 @@ def any_value_text(value: Any) -> str:
     return str(getattr(value, kind)).replace("\n", " ")  # arrays and kvlists: their text form
 
 
-def _map_array(offsets: list[int], keys: list[str], items: list[str], valid: list[bool] | None) -> pa.MapArray:
-    mask = None if valid is None or all(valid) else pa.array([not v for v in valid], pa.bool_())
+def _map_array(offsets: list[int], keys: list[str], items: list[str], *, null_if_empty: bool) -> pa.MapArray:
+    offset_array = pa.array(offsets, pa.int32())
+    mask = None
+    if null_if_empty:
+        mask = pc.equal(offset_array[1:], offset_array[:-1])
+        if not pc.any(mask).as_py():
+            mask = None
     return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(items, pa.string()), _STR_MAP, mask=mask
+        offset_array, pa.array(keys, pa.string()), pa.array(items, pa.string()), _STR_MAP, mask=mask
     )
 
 
@@ -85,21 +92,40 @@ class _Columns:
         self.start_ms: list[int | None] = []
         self.value: list[float | None] = []
         self.count: list[int | None] = []
-        self.attr_offsets: list[int] = [0]
+        self.attr_offsets: list[int] = [0]  # a point without attributes has a null map (two equal offsets)
         self.attr_keys: list[str] = []
         self.attr_values: list[str] = []
-        self.attr_valid: list[bool] = []
         # per push
         self.received: list[int] = []
         self.label_offsets: list[int] = [0]
         self.label_keys: list[str] = []
         self.label_values: list[str] = []
         self.heads: list[list[str | None]] = [[], [], [], []]
-        # per metric
-        self.names: list[str] = []
-        self.kinds: list[str] = []
-        self.temporalities: list[str | None] = []
-        self.monotonics: list[bool | None] = []
+        # per metric: (name, kind, aggregation temporality, monotonic) -> its index, in first-seen order
+        # (temporality None for gauges and summaries, monotonic None but for sums)
+        self.metric_ids: dict[tuple[str, str, int | None, bool | None], int] = {}
+        offset_append, keys, values = self.attr_offsets.append, self.attr_keys, self.attr_values
+        key_append, value_append = keys.append, values.append
+
+        def add_attributes(kvs: Any) -> None:
+            # a string is its own text: any_value_text only for the other kinds (and the empty string)
+            n = len(kvs)
+            if n == 1:
+                kv = kvs[0]
+                value = kv.value
+                key_append(kv.key)
+                value_append(value.string_value or any_value_text(value))
+            elif n:
+                attributes = {}  # a key given twice keeps its first place and its last value
+                for kv in kvs:
+                    value = kv.value
+                    attributes[kv.key] = value.string_value or any_value_text(value)
+                keys.extend(attributes.keys())
+                values.extend(attributes.values())
+            offset_append(len(keys))
+
+        # the per-point code is the whole cost of decoding: names bound once, no call but this one per point
+        self._add_attributes = add_attributes
 
     def add(self, record: ArchiveRecord, metrics_data: Any) -> None:
         received = record.time_ms
@@ -111,14 +137,12 @@ class _Columns:
         self.label_offsets.append(len(self.label_keys))
         for column, key in zip(self.heads, _HEAD, strict=True):
             column.append(labels.get(key))
-        record_col, metric_col = self.record, self.metric
-        times, starts, values, counts = self.time_ms, self.start_ms, self.value, self.count
-        attr_offsets, attr_keys, attr_values, attr_valid = (
-            self.attr_offsets,
-            self.attr_keys,
-            self.attr_values,
-            self.attr_valid,
-        )
+        metric_col, counts, metric_ids = self.metric, self.count, self.metric_ids
+        times = self.time_ms
+        time_append, start_append = times.append, self.start_ms.append
+        value_append, count_append = self.value.append, self.count.append
+        add_attributes = self._add_attributes
+        first = len(times)
         for resource_metrics in metrics_data.resource_metrics:
             for scope_metrics in resource_metrics.scope_metrics:
                 for metric in scope_metrics.metrics:
@@ -129,45 +153,48 @@ class _Columns:
                     points = data.data_points
                     if not points:
                         continue
-                    m = len(self.names)
-                    self.names.append(metric.name)
-                    self.kinds.append(kind)
-                    self.temporalities.append(
-                        _TEMPORALITY.get(data.aggregation_temporality)
-                        if kind != "gauge" and kind != "summary"
-                        else None
-                    )
-                    self.monotonics.append(data.is_monotonic if kind == "sum" else None)
-                    numeric = kind in ("gauge", "sum")
+                    if kind == "sum":
+                        key = (metric.name, kind, data.aggregation_temporality, data.is_monotonic)
+                    elif kind == "gauge" or kind == "summary":
+                        key = (metric.name, kind, None, None)
+                    else:
+                        key = (metric.name, kind, data.aggregation_temporality, None)
+                    m = metric_ids.get(key)
+                    if m is None:
+                        m = metric_ids[key] = len(metric_ids)
                     n = len(points)
-                    record_col += [r] * n
-                    metric_col += [m] * n
-                    for point in points:
-                        times.append(point.time_unix_nano // 1_000_000 or received)
-                        starts.append(point.start_time_unix_nano // 1_000_000 or None)
-                        if numeric:
-                            which = point.WhichOneof("value")
-                            values.append(float(point.as_int) if which == "as_int" else point.as_double)
-                            counts.append(None)
-                        else:
-                            values.append(point.sum if kind != "histogram" or point.HasField("sum") else None)
-                            counts.append(point.count)
-                        kvs = point.attributes
-                        if kvs:
-                            attributes = {kv.key: any_value_text(kv.value) for kv in kvs}
-                            attr_keys += attributes.keys()
-                            attr_values += attributes.values()
-                            attr_valid.append(True)
-                        else:
-                            attr_valid.append(False)
-                        attr_offsets.append(len(attr_keys))
+                    if n == 1:
+                        metric_col.append(m)
+                    else:
+                        metric_col += [m] * n
+                    if kind == "gauge" or kind == "sum":
+                        counts += [None] * n
+                        for point in points:
+                            time_append(point.time_unix_nano // 1_000_000 or received)
+                            start_append(point.start_time_unix_nano // 1_000_000 or None)
+                            # the oneof's value: as_double, else as_int (an unset field reads 0, and
+                            # -0.0 is falsy but must stay -0.0)
+                            value = point.as_double
+                            value_append(value or (float(point.as_int) if point.as_int else value))
+                            add_attributes(point.attributes)
+                    else:
+                        for point in points:
+                            time_append(point.time_unix_nano // 1_000_000 or received)
+                            start_append(point.start_time_unix_nano // 1_000_000 or None)
+                            value_append(point.sum if kind != "histogram" or point.HasField("sum") else None)
+                            count_append(point.count)
+                            add_attributes(point.attributes)
+        self.record += [r] * (len(times) - first)
 
     def batch(self, path: str, hour_ms: int) -> pa.RecordBatch:
         n = len(self.time_ms)
         hour_start = datetime.fromtimestamp(hour_ms / 1000, UTC)
         by_record = pa.array(self.record, pa.int32())
         by_metric = pa.array(self.metric, pa.int32())
-        labels = _map_array(self.label_offsets, self.label_keys, self.label_values, None)
+        metrics = list(self.metric_ids) or [("", "", None, None)]  # (a batch without points: a row nothing takes)
+        names, kinds, temporalities, monotonics = zip(*metrics, strict=True)
+        metric_columns = (names, kinds, [_TEMPORALITY.get(t) for t in temporalities], monotonics)
+        labels = _map_array(self.label_offsets, self.label_keys, self.label_values, null_if_empty=False)
         heads = [pa.array(column, pa.string()).take(by_record) for column in self.heads]
         columns = [
             pa.repeat(pa.scalar(hour_start.date(), pa.date32()), n),
@@ -176,11 +203,11 @@ class _Columns:
             pa.array(self.received, pa.int64()).take(by_record),
             *heads,
             labels.take(by_record),
-            pa.array(self.names, pa.string()).take(by_metric),
-            pa.array(self.kinds, pa.string()).take(by_metric),
-            pa.array(self.temporalities, pa.string()).take(by_metric),
-            pa.array(self.monotonics, pa.bool_()).take(by_metric),
-            _map_array(self.attr_offsets, self.attr_keys, self.attr_values, self.attr_valid),
+            *(
+                pa.array(column, arrow_type).take(by_metric)
+                for column, arrow_type in zip(metric_columns, _METRIC_TYPES, strict=True)
+            ),
+            _map_array(self.attr_offsets, self.attr_keys, self.attr_values, null_if_empty=True),
             pa.array(self.value, pa.float64()),
             pa.array(self.count, pa.int64()),
             pa.array(self.start_ms, pa.int64()),

@@ -4,6 +4,7 @@ random pushes, torn tails and bad bodies included. No Spark."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -189,3 +190,25 @@ def test_archive_bulk_api_gives_the_records_of_the_eager_reader() -> None:
     bulk = [r for item in items[:-1] for r in item[1]]
     assert bulk == decode_segment_bytes(data, "s.seg").records
     assert bulk[2] == ArchiveRecord(HOUR + 2, {"a": "b"}, b"yz")
+
+
+def test_number_values_keep_their_sign_and_kind() -> None:
+    """The decoder reads ``as_double`` first and ``as_int`` when it is 0: a zero of either kind, a negative
+    zero and an unset value must still come out as the reference's (compared bit for bit: ``-0.0 == 0.0``)."""
+    md = m.MetricsData()
+    gauge = md.resource_metrics.add().scope_metrics.add().metrics.add(name="g").gauge
+    for set_value in (
+        lambda p: setattr(p, "as_double", -0.0),
+        lambda p: setattr(p, "as_double", 0.0),
+        lambda p: setattr(p, "as_int", 0),
+        lambda p: setattr(p, "as_int", -7),
+        lambda p: setattr(p, "as_double", 2.5),
+        lambda p: None,
+    ):
+        set_value(gauge.data_points.add())
+    data = _segment([[(HOUR, {}, md.SerializeToString())]], b"")
+    path = "root/telemetry/date=2023-11-14/hour=23/1700002800000-w-000000.seg"
+    bulk = [row[14] for row in _bulk(path, data)[0]]
+    reference = [row[14] for row in _reference(path, data)[0]]
+    assert [struct.pack("<d", v) for v in bulk] == [struct.pack("<d", v) for v in reference]
+    assert [struct.pack("<d", v) for v in bulk] == [struct.pack("<d", v) for v in (-0.0, 0.0, 0.0, -7.0, 2.5, 0.0)]

@@ -4,9 +4,12 @@ own writers (TelemetryArchiveExporter's record format via ArchiveWriter, real OT
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import date as date_
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 
@@ -224,3 +227,120 @@ def test_throttle_report_names_silent_and_ignoring_clients(spark, archive: Path,
     assert report.ignoring_clients == (("u2", "producer-2"),)
     minutes = spark.read.parquet(report.minutes_dir)
     assert {r.verdict for r in minutes.where("user = 'u0'").collect()} == {"reports_throttle"}
+
+
+def _reference_rollups(rows: list[tuple]) -> dict[tuple, tuple]:
+    """The rollups of ``rows`` (``_ROLLUP_INPUT`` tuples) computed plainly, per the module docstring."""
+    series = defaultdict(list)
+    for row in rows:
+        date, hour, client, metric, _, _, attributes, *_ = row
+        series[(date, hour, client, metric, tuple(sorted((attributes or {}).items())))].append(row)
+    increase = {}
+    for points in series.values():
+        prev = None
+        for row in sorted(points, key=lambda r: (r[7], r[8])):
+            value, temporality, start = row[9], row[5], row[10]
+            if temporality != "cumulative":
+                increase[id(row)] = value
+            elif prev is None or prev[9] is None or value is None:
+                increase[id(row)] = None
+            elif value < prev[9] or start != prev[10]:
+                increase[id(row)] = value
+            else:
+                increase[id(row)] = value - prev[9]
+            prev = row
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row[0], row[1], row[2], row[3], row[7] - row[7] % 60_000)].append(row)
+    out = {}
+    for key, members in groups.items():
+        values = [r[9] for r in members if r[9] is not None]
+        increases = [increase[id(r)] for r in members if increase[id(r)] is not None]
+        latest = max(members, key=lambda r: (r[7], r[8], (0,) if r[9] is None else (1, r[9])))
+        out[key] = (
+            members[0][4],
+            members[0][5],
+            len(values),
+            min(values, default=None),
+            max(values, default=None),
+            sum(increases) if increases else None,
+            latest[9],
+        )
+    return out
+
+
+_ROLLUP_INPUT = (
+    "date date, hour int, client_instance_id string, metric string, type string, temporality string, "
+    "attributes map<string,string>, time_ms long, received_ms long, value double, start_time_ms long"
+)
+# per metric its type and temporality (a metric keeps them), and whether its values may be missing
+_METRICS = {"c": ("sum", "cumulative"), "d": ("sum", "delta"), "g": ("gauge", None), "h": ("histogram", "cumulative")}
+_ATTRIBUTE_SETS = [None, {}, {"a": "1"}, {"a": "1", "b": "2"}, {"b": "2", "a": "1"}, {"a": "2"}]
+
+
+@st.composite
+def _rollup_rows(draw: st.DrawFn) -> list[tuple]:
+    """Points of two hours, two clients and the four kinds of metric, in series that interleave; every
+    (time, receive time) pair once per series (the order of equal ones is not defined), integer values
+    (sums exact in any order), resets by a drop or a new start time, missing histogram sums."""
+    rows = []
+    moments = draw(st.lists(st.tuples(st.integers(0, 400_000), st.integers(0, 3)), unique=True, max_size=60))
+    for time_ms, received_extra in moments:
+        date, hour = draw(st.sampled_from([(date_(2023, 11, 14), 23), (date_(2023, 11, 15), 0)]))
+        metric = draw(st.sampled_from(sorted(_METRICS)))
+        kind, temporality = _METRICS[metric]
+        value = draw(st.one_of(st.integers(-3, 40).map(float), st.none() if kind == "histogram" else st.nothing()))
+        rows.append(
+            (
+                date,
+                hour,
+                draw(st.sampled_from(["id-0", "id-1"])),
+                metric,
+                kind,
+                temporality,
+                draw(st.sampled_from(_ATTRIBUTE_SETS)),
+                T0 + time_ms,
+                T0 + time_ms + received_extra,
+                value,
+                draw(st.sampled_from([None, T0, T0 + 1000])),
+            )
+        )
+    return rows
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=_rollup_rows())
+def test_rollups_equal_a_plain_computation_on_random_series(spark, rows: list[tuple]) -> None:
+    from quotaplane.spark.telemetry import rollups_of
+
+    got = {
+        (r.date, r.hour, r.client_instance_id, r.metric, r.bucket_ms): (
+            r.type,
+            r.temporality,
+            r["count"],
+            r["min"],
+            r["max"],
+            r["sum"],
+            r["last"],
+        )
+        for r in rollups_of(spark.createDataFrame(rows, _ROLLUP_INPUT)).collect()
+    }
+    assert got == _reference_rollups(rows)
+
+
+def test_each_segment_is_decoded_in_a_task_of_its_own(spark, archive: Path) -> None:
+    """Spark would pack the archive's small segments into one task (by bytes); within
+    ``one_task_per_segment`` each is its own, and the session's setting is put back after."""
+    from quotaplane.spark._archive import one_task_per_segment
+    from quotaplane.spark.telemetry import decode_telemetry
+
+    def tasks() -> int:  # a new DataFrame each time: the files are split into tasks when it is planned
+        return decode_telemetry(spark, _roots(archive))[0].rdd.getNumPartitions()
+
+    segments = len(list(archive.rglob("telemetry/**/*.seg")))
+    assert segments > 2 and tasks() < segments
+    before = spark.conf.get("spark.sql.files.openCostInBytes", None)
+    with one_task_per_segment(spark):
+        assert tasks() == segments
+    assert spark.conf.get("spark.sql.files.openCostInBytes", None) == before
+    assert tasks() < segments
