@@ -21,9 +21,10 @@ the driver computed for the chunk.
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -52,9 +53,11 @@ __all__ = [
     "Chunk",
     "ChunkSummary",
     "ConfigKey",
+    "Frame",
     "LogEvents",
     "SegmentRange",
     "chunk_events",
+    "chunk_frames",
     "deleted_message",
     "events_of_batch",
     "frames_of",
@@ -104,6 +107,10 @@ class LogEvents:
         for name in _FIELDS:
             column = getattr(other, name)
             getattr(self, name).extend(column if whole else column[lo:hi])
+
+    def table_rows(self, rows: Sequence[int]) -> LogEvents:
+        """The events at ``rows`` (ascending)."""
+        return LogEvents(*([column[i] for i in rows] for column in (getattr(self, name) for name in _FIELDS)))
 
     def config_keys(self) -> Iterator[ConfigKey]:
         return zip(self.kind, self.entity, self.key, strict=True)
@@ -230,33 +237,61 @@ class Chunk:
 def chunk_events(
     chunk: Chunk, start: int, up_to: int, frames: list[int] | None = None, segments: list[tuple[int, int]] | None = None
 ) -> LogEvents:
-    """The chunk's events in ``[start, up_to)``; raises ``CorruptLogError`` (or ``FileNotFoundError``).
+    """The chunk's events in ``[start, up_to)``; raises ``CorruptLogError`` (or ``FileNotFoundError``),
+    as ``chunk_frames`` does. ``frames``, if given, gets the number of events each frame contributed
+    (the request-id window trims per frame); ``segments`` gets ``(segment base, events)`` per range."""
+    out = LogEvents()
+    for frame in chunk_frames(chunk, start, up_to):
+        out.extend(frame.events(), frame.lo, frame.hi)
+        n = frame.hi - frame.lo
+        if frames is not None:
+            frames.append(n)
+        if segments is not None:
+            if segments and segments[-1][0] == frame.segment:
+                segments[-1] = (frame.segment, segments[-1][1] + n)
+            else:
+                segments.append((frame.segment, n))
+    return out
+
+
+@dataclass(slots=True)
+class Frame:
+    """One decoded frame of a chunk: its columns, its first offset, the events ``[lo, hi)`` of it that
+    are in the range read, and the segment it is in."""
+
+    columns: pb.EventColumns
+    base_offset: int
+    next_offset: int
+    lo: int
+    hi: int
+    segment: int
+    path: str
+    position: int
+
+    def events(self) -> LogEvents:
+        try:
+            return events_of_batch(self.columns, range(self.base_offset, self.next_offset))
+        except ValueError as exc:
+            raise CorruptLogError(self.path, self.position, str(exc), offset=self.base_offset) from None
+
+
+def chunk_frames(chunk: Chunk, start: int, up_to: int) -> Iterator[Frame]:
+    """The chunk's frames holding events in ``[start, up_to)``, decoded, in order.
 
     Checked as the log's recovery checks a segment that is not the last (any frame that does not
     verify is corruption, there is no torn tail to forgive): both CRCs of each of the chunk's frames,
     dense offsets from the segment's name, each frame's record count against its payload, and, for a
-    range that ends its segment, that the segment ends exactly where the next one begins. ``frames``,
-    if given, gets the number of events each frame contributed (the request-id window trims per frame);
-    ``segments`` gets ``(segment base, events)`` per range.
+    range that ends its segment, that the segment ends exactly where the next one begins. Raises
+    ``CorruptLogError`` (``FileNotFoundError`` for a segment deleted meanwhile).
     """
-    out = LogEvents()
     decompressor = zstandard.ZstdDecompressor()
     for segment in chunk.ranges:
-        before = len(out)
-        _read_range(segment, start, up_to, out, frames, decompressor)
-        if segments is not None and len(out) > before:
-            segments.append((segment.base, len(out) - before))
-    return out
+        yield from _range_frames(segment, start, up_to, decompressor)
 
 
-def _read_range(
-    segment: SegmentRange,
-    start: int,
-    up_to: int,
-    out: LogEvents,
-    frames: list[int] | None,
-    decompressor: zstandard.ZstdDecompressor,
-) -> None:
+def _range_frames(
+    segment: SegmentRange, start: int, up_to: int, decompressor: zstandard.ZstdDecompressor
+) -> Iterator[Frame]:
     path = segment.path
     with open(path, "rb") as f:
         data = f.read()
@@ -279,15 +314,9 @@ def _read_range(
             batch = decode_event_batch(data, header, decompressor)
         except FrameError as exc:
             raise CorruptLogError(path, exc.position, exc.reason, offset=expected) from None
-        try:
-            events = events_of_batch(batch, range(expected, header.next_offset))
-        except ValueError as exc:
-            raise CorruptLogError(path, position, str(exc), offset=expected) from None
-        lo, end = max(0, start - expected), min(len(events), up_to - expected)
+        lo, end = max(0, start - expected), min(header.record_count, up_to - expected)
         if end > lo:
-            out.extend(events, lo, end)
-            if frames is not None:
-                frames.append(end - lo)
+            yield Frame(batch, expected, header.next_offset, lo, end, segment.base, path, position)
         position, expected = header.end, header.next_offset
     if segment.hi is None and expected < up_to and segment.next_base is not None and expected != segment.next_base:
         raise CorruptLogError(
@@ -327,22 +356,54 @@ def last_rows(events: LogEvents) -> list[int]:
 
 
 def summarize(chunk: Chunk, start: int, up_to: int) -> ChunkSummary:
-    """The first pass over one chunk (in an executor); a bad chunk is a summary with ``error`` set."""
-    frames: list[int] = []
-    segments: list[tuple[int, int]] = []
+    """The first pass over one chunk (in an executor); a bad chunk is a summary with ``error`` set.
+
+    Only what the summary needs is built: each event's config key (for a frame of quota changes, zipped
+    from its columns) and request id; whole events only for the frames holding a key's last event.
+    """
+    summary = ChunkSummary(chunk)
+    frames: list[Frame] = []
+    winners: dict[ConfigKey, tuple[int, int]] = {}  # key -> (frame, index in the frame) of its last event
+    request_ids = summary.request_ids
     try:
-        events = chunk_events(chunk, start, up_to, frames, segments)
+        for f, frame in enumerate(chunk_frames(chunk, start, up_to)):
+            frames.append(frame)
+            columns, lo, hi = frame.columns, frame.lo, frame.hi
+            kinds, entities = kinds_and_entities(columns)
+            n = hi - lo
+            if kinds.count(KIND_CLIENT_QUOTA) == len(kinds):
+                keys: Iterable[ConfigKey] = zip(
+                    itertools.repeat(QUOTA, n), entities[lo:hi], columns.quota_key[lo:hi], strict=True
+                )
+            else:
+                events = frame.events()
+                keys = itertools.islice(events.config_keys(), lo, hi)
+            winners.update(zip(keys, zip(itertools.repeat(f, n), range(lo, hi), strict=True), strict=True))
+            request_ids += columns.request_id[lo:hi]
+            summary.frame_sizes.append(n)
+            if summary.segments and summary.segments[-1][0] == frame.segment:
+                summary.segments[-1] = (frame.segment, summary.segments[-1][1] + n)
+            else:
+                summary.segments.append((frame.segment, n))
+        last = LogEvents()
+        by_frame: dict[int, list[int]] = {}
+        for f, i in sorted(winners.values()):
+            by_frame.setdefault(f, []).append(i)
+        for f, rows in by_frame.items():
+            events = frames[f].events()
+            last.extend(events.table_rows(rows))
     except CorruptLogError as exc:
         return ChunkSummary(chunk, error=str(exc))
     except FileNotFoundError as exc:
         return ChunkSummary(chunk, error=deleted_message(str(exc.filename)))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, ENTRY_SCHEMA) as writer:
-        writer.write_table(events.table(last_rows(events)))
-    summary = ChunkSummary(chunk, events=len(events), last=sink.getvalue().to_pybytes())
-    if events.offset:
-        summary.last_offset, summary.last_commit_time_ms = events.offset[-1], events.commit_time_ms[-1]
-    summary.segments, summary.frame_sizes, summary.request_ids = segments, frames, events.request_id
+        writer.write_table(last.table(range(len(last))))
+    summary.events, summary.last = len(request_ids), sink.getvalue().to_pybytes()
+    if frames:
+        final = frames[-1]
+        summary.last_offset = final.base_offset + final.hi - 1
+        summary.last_commit_time_ms = final.columns.commit_time_ms[final.hi - 1]
     return summary
 
 
