@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -108,18 +107,17 @@ class LogEvents:
             column = getattr(other, name)
             getattr(self, name).extend(column if whole else column[lo:hi])
 
-    def table_rows(self, rows: Sequence[int]) -> LogEvents:
+    def take(self, rows: Sequence[int]) -> LogEvents:
         """The events at ``rows`` (ascending)."""
         return LogEvents(*([column[i] for i in rows] for column in (getattr(self, name) for name in _FIELDS)))
 
     def config_keys(self) -> Iterator[ConfigKey]:
         return zip(self.kind, self.entity, self.key, strict=True)
 
-    def table(self, rows: Sequence[int]) -> pa.Table:
-        """The events at ``rows`` as an Arrow table (``ENTRY_SCHEMA``)."""
-        pick = operator.itemgetter(*rows) if len(rows) > 1 else lambda column: tuple(column[i] for i in rows)
+    def table(self) -> pa.Table:
+        """The events as an Arrow table (``ENTRY_SCHEMA``)."""
         return pa.Table.from_arrays(
-            [pa.array(pick(getattr(self, name)), type_) for name, type_ in _ENTRY_TYPES], schema=ENTRY_SCHEMA
+            [pa.array(getattr(self, name), type_) for name, type_ in _ENTRY_TYPES], schema=ENTRY_SCHEMA
         )
 
 
@@ -234,24 +232,24 @@ class Chunk:
     ranges: tuple[SegmentRange, ...]
 
 
-def chunk_events(
-    chunk: Chunk, start: int, up_to: int, frames: list[int] | None = None, segments: list[tuple[int, int]] | None = None
-) -> LogEvents:
+def chunk_events(chunk: Chunk, start: int, up_to: int, segments: list[tuple[int, int]] | None = None) -> LogEvents:
     """The chunk's events in ``[start, up_to)``; raises ``CorruptLogError`` (or ``FileNotFoundError``),
-    as ``chunk_frames`` does. ``frames``, if given, gets the number of events each frame contributed
-    (the request-id window trims per frame); ``segments`` gets ``(segment base, events)`` per range."""
+    as ``chunk_frames`` does. ``segments``, if given, gets ``(segment base, events)`` per segment read."""
     out = LogEvents()
     for frame in chunk_frames(chunk, start, up_to):
         out.extend(frame.events(), frame.lo, frame.hi)
-        n = frame.hi - frame.lo
-        if frames is not None:
-            frames.append(n)
         if segments is not None:
-            if segments and segments[-1][0] == frame.segment:
-                segments[-1] = (frame.segment, segments[-1][1] + n)
-            else:
-                segments.append((frame.segment, n))
+            _count_in_segment(segments, frame)
     return out
+
+
+def _count_in_segment(segments: list[tuple[int, int]], frame: Frame) -> None:
+    """Add ``frame``'s events to the ``(segment base, events)`` runs."""
+    n = frame.hi - frame.lo
+    if segments and segments[-1][0] == frame.segment:
+        segments[-1] = (frame.segment, segments[-1][1] + n)
+    else:
+        segments.append((frame.segment, n))
 
 
 @dataclass(slots=True)
@@ -381,24 +379,21 @@ def summarize(chunk: Chunk, start: int, up_to: int) -> ChunkSummary:
             winners.update(zip(keys, zip(itertools.repeat(f, n), range(lo, hi), strict=True), strict=True))
             request_ids += columns.request_id[lo:hi]
             summary.frame_sizes.append(n)
-            if summary.segments and summary.segments[-1][0] == frame.segment:
-                summary.segments[-1] = (frame.segment, summary.segments[-1][1] + n)
-            else:
-                summary.segments.append((frame.segment, n))
+            _count_in_segment(summary.segments, frame)
         last = LogEvents()
         by_frame: dict[int, list[int]] = {}
         for f, i in sorted(winners.values()):
             by_frame.setdefault(f, []).append(i)
         for f, rows in by_frame.items():
             events = frames[f].events()
-            last.extend(events.table_rows(rows))
+            last.extend(events.take(rows))
     except CorruptLogError as exc:
         return ChunkSummary(chunk, error=str(exc))
     except FileNotFoundError as exc:
         return ChunkSummary(chunk, error=deleted_message(str(exc.filename)))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, ENTRY_SCHEMA) as writer:
-        writer.write_table(last.table(range(len(last))))
+        writer.write_table(last.table())
     summary.events, summary.last = len(request_ids), sink.getvalue().to_pybytes()
     if frames:
         final = frames[-1]

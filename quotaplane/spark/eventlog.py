@@ -221,29 +221,35 @@ class _State:
         live.sort()
         for first in range(0, len(live), ENTRIES_PER_FRAME):
             batch = pb.EventColumns()
+            offsets, times, principals, request_ids, kinds = [], [], [], [], []
             entities, keys, values = [], [], []
             for offset, t, row in live[first : first + ENTRIES_PER_FRAME]:
                 columns = self.tables[t]
-                batch.offset.append(offset)
-                batch.commit_time_ms.append(columns["commit_time_ms"][row])
-                batch.principal.append(columns["principal"][row])
-                batch.request_id.append(columns["request_id"][row])
+                offsets.append(offset)
+                times.append(columns["commit_time_ms"][row])
+                principals.append(columns["principal"][row])
+                request_ids.append(columns["request_id"][row])
                 kind = columns["kind"][row]
                 if kind == QUOTA:
-                    batch.kind.append(KIND_CLIENT_QUOTA)
+                    kinds.append(KIND_CLIENT_QUOTA)
                     entities.append(columns["entity"][row])
                     keys.append(columns["key"][row])
                     values.append(columns["quota_value"][row])
                 elif kind == METRICS:
                     record = pb.ClientMetricsRecord.FromString(columns["record"][row])
-                    batch.kind.append(KIND_CLIENT_METRICS)
+                    kinds.append(KIND_CLIENT_METRICS)
                     event = client_metrics_event(record.name, client_metrics_configs(record))
                     batch.client_metrics.append(event.client_metrics)
                 else:
                     record = pb.ConfigRecord.FromString(columns["record"][row])
-                    batch.kind.append(KIND_CONFIG)
+                    kinds.append(KIND_CONFIG)
                     event = config_event(record.resource_type, record.resource_name, record.name, record.value)
                     batch.config.append(event.config)
+            batch.offset.extend(offsets)
+            batch.commit_time_ms.extend(times)
+            batch.principal.extend(principals)
+            batch.request_id.extend(request_ids)
+            batch.kind.extend(kinds)
             batch.quota_entity.extend(entities)
             batch.quota_key.extend(keys)
             batch.quota_value.extend(values)
@@ -256,7 +262,7 @@ def _seed_table(frames: Sequence[pb.EventColumns]) -> pa.Table:
     events = LogEvents()
     for columns in frames:
         events.extend(events_of_batch(columns, list(columns.offset)))
-    return events.table(last_rows(events))
+    return events.take(last_rows(events)).table()
 
 
 def compact_log(

@@ -29,10 +29,10 @@ from quotaplane.v1 import quota_pb2 as quota_pb
 from tests.prometheus_server import wait_for
 
 from .conftest import COMMAND
+from .test_quota_value_endpoint import alter_switch
 
 TENANT = "topuser"
 QUOTA_BYTES_PER_S = 1000.0
-KIP_786 = "client.quota.value.metric.enable"
 
 # tmux comes with `make test` (test-packages); without it the terminal tests fail rather than hide
 
@@ -166,20 +166,11 @@ def test_once_prints_one_plain_frame_and_reads_the_throttle_report(cluster, thro
 
 
 def test_quotas_come_from_the_admin_service_when_the_quota_value_series_are_off(cluster, admin, throttled) -> None:
-    def switch(value: str | None) -> None:
-        op = admin_pb.ALTER_CONFIG_OP_TYPE_SET if value is not None else admin_pb.ALTER_CONFIG_OP_TYPE_DELETE
-        config = admin_pb.IncrementalAlterConfigsRequest.AlterableConfig(name=KIP_786, config_operation=op, value=value)
-        resource = admin_pb.IncrementalAlterConfigsRequest.AlterConfigsResource(
-            resource_type=admin_pb.RESOURCE_TYPE_BROKER, resource_name="", configs=[config]
-        )
-        answer = admin.IncrementalAlterConfigs(admin_pb.IncrementalAlterConfigsRequest(resources=[resource]))
-        assert [r.error_code for r in answer.responses] == [0], answer
-
     def page() -> str:
         with urllib.request.urlopen(cluster.metrics_url, timeout=10) as response:
             return response.read().decode()
 
-    switch("false")
+    alter_switch(admin, "false")
     try:
         wait_for(page, lambda text: "_quota_value{" not in text, timeout_s=20, what="no quota-value series")
         args = ["--metrics", cluster.metrics_url, "--bootstrap-server", cluster.admin_address, "--once"]
@@ -198,7 +189,7 @@ def test_quotas_come_from_the_admin_service_when_the_quota_value_series_are_off(
         assert cells is not None and cells[5:7] == ["-", "-"]
         assert f"! quotas unknown: cannot ask the admin service at 127.0.0.1:{port}" in blind.stdout
     finally:
-        switch(None)
+        alter_switch(admin, None)
     wait_for(page, lambda text: "kafka_quota_produce_quota_value{" in text, timeout_s=20, what="quota-value back")
 
 
