@@ -7,8 +7,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run demo test lint bench clean test-packages
 
-# Reinstall when the packaging or a .proto changes: setup.py regenerates quotaplane.v1 from protos/.
-$(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto)
+# Reinstall when the packaging, a .proto or a .pyx changes: setup.py regenerates quotaplane.v1 from protos/ and
+# compiles the Cython hot paths (quotaplane/*/*.pyx).
+$(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto) $(wildcard quotaplane/*/*.pyx)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -28,6 +28,7 @@ from ._client import (
     ClientSensors,
     UsageItem,
 )
+from ._compiled import compiled_core
 from ._connection import ConnectionQuotas
 from ._connection_config import (
     IP_CONNECTION_RATE_DEFAULT,
@@ -168,6 +169,7 @@ __all__ = [
     "bounded_throttle_time",
     "build_quota_managers",
     "check_listener_name",
+    "compiled_core",
     "default_resolver",
     "desanitize",
     "export_connection_state",

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from types import ModuleType
 
 from ..metrics import (
     LONG_MAX_VALUE,
@@ -39,6 +40,7 @@ from ._callback import (
     ClientQuotaCallback,
     DefaultQuotaCallback,
 )
+from ._compiled import record_compiled
 from ._types import DEFAULT, ClientQuotaEntity, QuotaType, sanitize
 from .throttle import throttle_time_for, violated_rate_window_size
 
@@ -225,6 +227,10 @@ class ClientQuotaManager:
     4000
     """
 
+    #: The compiled batch hot path (``_compiled``), or None for the pure-Python one; tests set it per instance
+    #: to hold the two to the same results.
+    record_compiled: ModuleType | None = record_compiled
+
     #: Name of the quota metric, per Kafka's manager of this kind.
     quota_metric_name = "byte-rate"
     quota_metric_description = "Tracking byte-rate per user/client-id"
@@ -295,6 +301,11 @@ class ClientQuotaManager:
         if not items:
             return []
         if type(self)._record is ClientQuotaManager._record:
+            compiled = self.record_compiled
+            if compiled is not None:
+                width = compiled.plain_width(items)
+                if width:
+                    return self._record_compiled_batch(compiled, items, now_ms if width == 3 else None)
             width = _plain_width(items)
             if width == 4:
                 return self._record_plain_batch(items)
@@ -371,6 +382,23 @@ class ClientQuotaManager:
             else:
                 append(throttle(measured, bound, rate.last_window_ms))
         return results
+
+    def _record_compiled_batch(self, compiled: ModuleType, items: Sequence[UsageItem], now_ms: int | None) -> list[int]:
+        """``_record_plain_batch`` through the compiled module: the same items (``(user, client_id, value, now_ms)``,
+        or ``(user, client_id, value)`` at ``now_ms``), the same methods for what is off its fast path."""
+        self._cached_sensors()  # empties the caches if a sensor was removed since
+        throttle = self.throttle_time_for
+        if type(self).throttle_time_for is ClientQuotaManager.throttle_time_for:
+            throttle = throttle_time_for
+        return compiled.record_plain_batch(
+            self._fast_paths,
+            items,
+            now_ms,
+            self._record,
+            self.get_or_create_quota_sensors,
+            throttle,
+            Rate.record_and_measure,
+        )
 
     def _record(self, sensors: ClientSensors, value: float, now_ms: int) -> int:
         """Record into a client's quota sensor and return the throttle time (0 within quota)."""

@@ -69,6 +69,7 @@ def test_the_copied_context_builds_the_wheel_with_the_cli(tmp_path: Path) -> Non
                 copied += 1
     assert copied > 50
     assert not list(context.rglob("*_pb2.py")), "generated stubs must come from the build, not the context"
+    assert not list(context.rglob("*.so")) and not list(context.rglob("*.c")), "compiled code must come from the build"
 
     # the image's `pip install .`, as a wheel build with this venv's build requirements (no network)
     build = subprocess.run(
@@ -88,6 +89,8 @@ def test_the_copied_context_builds_the_wheel_with_the_cli(tmp_path: Path) -> Non
         assert module in names, module
     for stub in ("quota_pb2.py", "quota_pb2_grpc.py", "admin_pb2.py", "telemetry_pb2_grpc.py"):
         assert f"quotaplane/v1/{stub}" in names, stub
+    # the quota core's hot path compiled from its .pyx, not copied from a working tree's in-place build
+    assert [n for n in names if re.fullmatch(r"quotaplane/quota/_record_compiled\..*\.so", n)], "no compiled core"
 
 
 def test_the_image_is_what_the_chart_runs() -> None:
