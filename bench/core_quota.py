@@ -27,6 +27,11 @@ What it measures
     size per entity (sensors, metrics, and bytes allocated, measured with ``tracemalloc`` over the warm-up that
     creates every entity's sensors) with it off and on.
 
+The batch paths run the compiled hot path (``quotaplane/quota/_record_compiled.pyx``) where the package was built
+with it; ``batch_1000_pure`` runs the same batches on the pure-Python path, the reference (its throttles must
+equal the compiled path's), and ``results.compiled_core`` gives both figures. ``QUOTAPLANE_PURE_CORE=1`` runs
+every path pure (the figures of a machine without a compiler).
+
 How to read the ratio
     ``ratios[path] = baseline_dict_increments_per_s / path_records_per_s``: how many times slower
     than a bare dict increment recording one request through that path is. It cancels most of the
@@ -71,6 +76,7 @@ from quotaplane.quota import (
     ClientQuotaManager,
     ClientQuotaManagerConfig,
     QuotaType,
+    compiled_core,
 )
 
 START_MS = 1_700_000_000_000
@@ -206,13 +212,15 @@ def build_workload(entities: int, records: int, seed: int) -> Workload:
     return Workload(pairs, quotas, level_counts, _resolved_levels(pairs, quotas), items, warmup, times)
 
 
-def new_manager(workload: Workload, *, quota_value: bool = False) -> ClientQuotaManager:
+def new_manager(workload: Workload, *, quota_value: bool = False, pure: bool = False) -> ClientQuotaManager:
     config = ClientQuotaManagerConfig(
         num_quota_samples=NUM_QUOTA_SAMPLES,
         quota_window_size_seconds=QUOTA_WINDOW_SIZE_SECONDS,
         client_quota_value_metric_enable=quota_value,
     )
     manager = ClientQuotaManager(config, QuotaType.PRODUCE)
+    if pure:
+        manager.record_compiled = None
     for entity, bound in workload.quotas:
         manager.update_quota(entity, bound)
     return manager
@@ -268,13 +276,15 @@ class Path:
     throttles: list[int] | None = None
     #: KIP-786's quota-value metric on in the path's manager
     quota_value: bool = False
+    #: the pure-Python batch path in the path's manager, even where the compiled one is built
+    pure: bool = False
 
 
 def _timed_run(path: Path, workload: Workload) -> None:
     manager = None
     warm: list[int] = []
     if path.warm is not None:
-        manager = new_manager(workload, quota_value=path.quota_value)
+        manager = new_manager(workload, quota_value=path.quota_value, pure=path.pure)
         warm = path.warm(manager)
     gc.collect()
     t0 = time.perf_counter()
@@ -374,6 +384,9 @@ def run(workload: Workload, repeats: int) -> tuple[dict[str, Path], int]:
     for name in ("per_call", f"batch_{max(BATCH_SIZES)}"):
         off = paths[name]
         paths[f"{name}_quota_value_on"] = Path(f"{name}_quota_value_on", off.warm, off.timed, quota_value=True)
+    # the largest batches on the pure-Python path as well (the reference the compiled one is tested against)
+    big = paths[f"batch_{max(BATCH_SIZES)}"]
+    paths[f"batch_{max(BATCH_SIZES)}_pure"] = Path(f"batch_{max(BATCH_SIZES)}_pure", big.warm, big.timed, pure=True)
     paths["baseline"] = Path("baseline", None, lambda _m: dict_baseline(timed_items))
     dict_baseline(warm_items)  # warm the baseline loop too
     for _ in range(repeats):
@@ -418,6 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths, n = run(workload, args.repeats)
     rates = {name: n / path.best_s for name, path in paths.items()}
     big = max(BATCH_SIZES)
+    if paths[f"batch_{big}_pure"].throttles != paths[f"batch_{big}"].throttles:
+        _fail(
+            f"batch_{big}: the compiled and pure paths gave different throttles",
+            paths[f"batch_{big}_pure"].throttles or [],
+            paths[f"batch_{big}"].throttles or [],
+        )
     baseline = rates.pop("baseline")
     timed_slice = slice(workload.warmup, None)
     throttled = {
@@ -465,6 +484,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "throttled_fraction_by_path": {name: round(f, 4) for name, f in throttled.items()},
             "best_seconds": {name: round(path.best_s, 4) for name, path in paths.items()},
             "check": "record_batch == per-call throttle lists for every batch size",
+            "compiled_core": {
+                "note": "the batch paths above run compiled (quotaplane/quota/_record_compiled.pyx) when it is built; "
+                "the pure-Python path on the same batches, same repeats",
+                "built": compiled_core(),
+                f"batch_{big}_records_per_s": round(rates[f"batch_{big}"]),
+                f"batch_{big}_pure_records_per_s": round(rates[f"batch_{big}_pure"]),
+                "compiled_over_pure": round(rates[f"batch_{big}"] / rates[f"batch_{big}_pure"], 3),
+            },
             "quota_value_metric": {
                 "note": "KIP-786 quota-value metric off (Kafka's default; the paths above) vs on (quotaplane's "
                 "default), same run, same workload",
