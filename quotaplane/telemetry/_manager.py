@@ -67,6 +67,17 @@ log = logging.getLogger(__name__)
 DEFAULT_CACHE_EXPIRY_MS = 60 * 1000
 #: The answer to every accepted push (immutable, so one object serves them all).
 _ACCEPTED = PushTelemetryResponse()
+
+
+@functools.cache
+def _error_name(code: int) -> str:
+    """Kafka's name of an error code (``UNKNOWN_SUBSCRIPTION_ID``), the code itself if Kafka has none."""
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)
+
+
 #: Kafka's ``telemetry.max.bytes`` default.
 DEFAULT_TELEMETRY_MAX_BYTES = 1024 * 1024
 
@@ -181,6 +192,21 @@ class ClientMetricsManager:
         )
 
     def process_push_telemetry_request(
+        self, request: PushTelemetryRequest, context: RequestContext, now_ms: int
+    ) -> PushTelemetryResponse:
+        """Kafka's ``processPushTelemetryRequest``; the answer is also counted by the client's software
+        (``ClientMetricsStats.record_push``, quotaplane's addition)."""
+        response = self._process_push(request, context, now_ms)
+        code = response.error_code
+        self.stats.record_push(
+            context.client_software_name,
+            context.client_software_version,
+            None if code == 0 else _error_name(code),
+            now_ms,
+        )
+        return response
+
+    def _process_push(
         self, request: PushTelemetryRequest, context: RequestContext, now_ms: int
     ) -> PushTelemetryResponse:
         client_instance_id = request.client_instance_id

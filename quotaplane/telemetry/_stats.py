@@ -1,4 +1,4 @@
-"""KIP-714 broker-side metrics (Kafka's ``ClientMetricsManager.ClientMetricsStats``).
+r"""KIP-714 broker-side metrics (Kafka's ``ClientMetricsManager.ClientMetricsStats``).
 
 Group ``client-metrics``: ``instance-count``; ``unknown-subscription-request-rate/-count``;
 ``throttle-rate/-count``; ``plugin-export-rate/-count`` with ``plugin-export-time-avg/-max``;
@@ -10,6 +10,15 @@ Kafka registers the throttle, export and error sensors once per client instance 
 ``client_instance_id``): three sensors and eight metrics per client. At a million instances that is
 the whole memory budget again, and a Prometheus series per client, so quotaplane keeps them at the
 fleet level (untagged). The per-instance picture comes from the telemetry itself.
+
+**Beyond Kafka: pushes by client software.** Kafka's group has no breakdown by client, so an operator cannot
+see which client library's pushes fail (a librdkafka release sending a compression the broker refuses, say).
+quotaplane adds two counters tagged with the software the client announced in ApiVersions (KIP-511; Kafka's
+``unknown`` when it did not): ``push-count`` (pushes accepted) and ``push-error-count`` (pushes refused, also
+tagged ``error``: the Kafka error name answered). Counters only (a ``CumulativeCount``, no windowed rate:
+Prometheus' ``rate()`` gives it); at most :data:`MAX_SOFTWARE` distinct name/version pairs per manager, the
+others counted under ``(other)``, which no valid software name can be (KIP-511's names are
+``[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?``), so a client inventing versions cannot grow the registry.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from collections.abc import Callable
 
 from ..metrics import Avg, CumulativeCount, Max, Metrics, Rate, Sensor, WindowedCount
 
-__all__ = ["GROUP_NAME", "ClientMetricsStats"]
+__all__ = ["GROUP_NAME", "MAX_SOFTWARE", "OTHER_SOFTWARE", "UNKNOWN_SOFTWARE", "ClientMetricsStats"]
 
 GROUP_NAME = "client-metrics"
 INSTANCE_COUNT = "instance-count"
@@ -27,6 +36,16 @@ THROTTLE = "throttle"
 PLUGIN_EXPORT = "plugin-export"
 PLUGIN_ERROR = "plugin-error"
 PLUGIN_EXPORT_TIME = "plugin-export-time"
+PUSH = "push"
+PUSH_ERROR = "push-error"
+SOFTWARE_NAME_TAG = "client_software_name"
+SOFTWARE_VERSION_TAG = "client_software_version"
+ERROR_TAG = "error"
+#: Kafka's ``ClientInformation.UNKNOWN_NAME_OR_VERSION``: a client that did not announce its software
+UNKNOWN_SOFTWARE = "unknown"
+#: Distinct (software name, version) pairs counted apart per manager; the rest share ``OTHER_SOFTWARE``
+MAX_SOFTWARE = 100
+OTHER_SOFTWARE = "(other)"
 
 
 class ClientMetricsStats:
@@ -58,6 +77,9 @@ class ClientMetricsStats:
             Max(),
         )
         self.plugin_error = self._meter(PLUGIN_ERROR, now_ms)
+        # (name, version) -> the pair its pushes are counted under; (name, version, error or None) -> sensor
+        self._software: dict[tuple[str, str], tuple[str, str]] = {}
+        self._push_sensors: dict[tuple[str, str, str | None], Sensor] = {}
 
     def _meter(self, name: str, now_ms: int) -> Sensor:
         """Kafka's ``Meter(WindowedCount)``: a per-second rate of events and their running total."""
@@ -84,6 +106,34 @@ class ClientMetricsStats:
     def record_plugin_error(self, now_ms: int) -> None:
         self.plugin_error.record(1.0, now_ms)
 
+    def record_push(
+        self, software_name: str | None, software_version: str | None, error: str | None, now_ms: int
+    ) -> None:
+        """Count one push of a client announcing that software: accepted (``error`` None) or refused with the Kafka
+        error named ``error``."""
+        announced = (software_name or UNKNOWN_SOFTWARE, software_version or UNKNOWN_SOFTWARE)
+        software = self._software.get(announced)
+        if software is None:
+            software = announced if len(self._software) < MAX_SOFTWARE else (OTHER_SOFTWARE, OTHER_SOFTWARE)
+            self._software[announced] = software
+        key = (*software, error)
+        sensor = self._push_sensors.get(key)
+        if sensor is None:
+            sensor = self._push_sensors[key] = self._push_sensor(software, error, now_ms)
+        sensor.record(1.0, now_ms)
+
+    def _push_sensor(self, software: tuple[str, str], error: str | None, now_ms: int) -> Sensor:
+        tags = {SOFTWARE_NAME_TAG: software[0], SOFTWARE_VERSION_TAG: software[1]}
+        if error is None:
+            name, description = f"{PUSH}-count", "The total number of pushes accepted from clients of this software"
+        else:
+            tags[ERROR_TAG] = error
+            name = f"{PUSH_ERROR}-count"
+            description = "The total number of pushes refused, with this error, from clients of this software"
+        sensor = self._metrics.sensor(f"{GROUP_NAME}:{name}:{sorted(tags.items())!r}", now_ms=now_ms)
+        sensor.add(self._metrics.metric_name(name, GROUP_NAME, description, tags), CumulativeCount())
+        return sensor
+
     def value(self, name: str, now_ms: int) -> float:
         """The value at ``now_ms`` of one of this group's metrics by name, e.g. ``"throttle-count"``."""
         for metric_name, metric in self._metrics.metrics.items():
@@ -95,3 +145,6 @@ class ClientMetricsStats:
         self._metrics.remove_metric(self._instance_count_name)
         for sensor in (self.unknown_subscription_request, self.throttle, self.plugin_export, self.plugin_error):
             self._metrics.remove_sensor(sensor.name)
+        for sensor in self._push_sensors.values():
+            self._metrics.remove_sensor(sensor.name)
+        self._push_sensors.clear()
