@@ -77,7 +77,8 @@ class ClientMetricsStats:
             Max(),
         )
         self.plugin_error = self._meter(PLUGIN_ERROR, now_ms)
-        # (name, version) -> the pair its pushes are counted under; (name, version, error or None) -> sensor
+        # (name, version) -> the pair its pushes are counted under; (name, version, error or None) -> its counter
+        # (the (other) counter under every key past the bound)
         self._software: dict[tuple[str, str], tuple[str, str]] = {}
         self._push_sensors: dict[tuple[str, str, str | None], Sensor] = {}
 
@@ -111,16 +112,25 @@ class ClientMetricsStats:
     ) -> None:
         """Count one push of a client announcing that software: accepted (``error`` None) or refused with the Kafka
         error named ``error``."""
-        announced = (software_name or UNKNOWN_SOFTWARE, software_version or UNKNOWN_SOFTWARE)
+        key = (software_name or UNKNOWN_SOFTWARE, software_version or UNKNOWN_SOFTWARE, error)
+        sensor = self._push_sensors.get(key)
+        if sensor is None:
+            sensor = self._push_sensors[key] = self._push_sensor_for(key, now_ms)
+        sensor.record(1.0, now_ms)
+
+    def _push_sensor_for(self, key: tuple[str, str, str | None], now_ms: int) -> Sensor:
+        """The counter of a (software, error) seen for the first time: its own, or the ``(other)`` one past the
+        bound on distinct software."""
+        announced = key[:2]
         software = self._software.get(announced)
         if software is None:
             software = announced if len(self._software) < MAX_SOFTWARE else (OTHER_SOFTWARE, OTHER_SOFTWARE)
             self._software[announced] = software
-        key = (*software, error)
-        sensor = self._push_sensors.get(key)
+        counted = (*software, key[2])
+        sensor = self._push_sensors.get(counted)
         if sensor is None:
-            sensor = self._push_sensors[key] = self._push_sensor(software, error, now_ms)
-        sensor.record(1.0, now_ms)
+            sensor = self._push_sensors[counted] = self._push_sensor(software, key[2], now_ms)
+        return sensor
 
     def _push_sensor(self, software: tuple[str, str], error: str | None, now_ms: int) -> Sensor:
         tags = {SOFTWARE_NAME_TAG: software[0], SOFTWARE_VERSION_TAG: software[1]}
@@ -145,6 +155,6 @@ class ClientMetricsStats:
         self._metrics.remove_metric(self._instance_count_name)
         for sensor in (self.unknown_subscription_request, self.throttle, self.plugin_export, self.plugin_error):
             self._metrics.remove_sensor(sensor.name)
-        for sensor in self._push_sensors.values():
+        for sensor in {id(sensor): sensor for sensor in self._push_sensors.values()}.values():
             self._metrics.remove_sensor(sensor.name)
         self._push_sensors.clear()
