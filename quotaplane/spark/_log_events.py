@@ -425,7 +425,10 @@ def history_batch(
             pa.array(events.key, string),
             pa.array(old_values, string),
             pa.array(events.new_value, string),
-            pa.concat_arrays([pa.repeat(pa.scalar(base, pa.int64()), n) for base, n in segments]),
+            # a chunk may own no frame at all (frames larger than chunks): no rows, and no run to concatenate
+            pa.concat_arrays([pa.repeat(pa.scalar(base, pa.int64()), n) for base, n in segments])
+            if segments
+            else pa.array([], pa.int64()),
         ],
         names=[column.split()[0] for column in HISTORY_SCHEMA.split(", ")],
     )

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quotaplane.config import ConfigResourceType, ConfigStore, EventLog, client_metrics_configs, entity_id
+from quotaplane.config._records import client_quota_event
 from quotaplane.config.logformat import (
     decode_event_batch,
     iter_frames,
@@ -186,6 +187,28 @@ def test_small_chunks_write_the_reference_history_and_snapshot(
     own.mkdir()
     theirs = write_snapshot(own, image.snapshot_header(), image.snapshot_events(), fsync=False).read_bytes()
     assert result.snapshot.read_bytes() == theirs
+
+
+def test_chunks_that_own_no_frame(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames of 300 events cut into chunks of 37: most chunks start inside a frame another chunk owns and own
+    none themselves (found by ``bench/spark_compaction.py --events 1000``: an empty chunk failed the job)."""
+    monkeypatch.setattr(job, "MAX_CHUNK_EVENTS", 37)
+    directory = tmp_path / "big-frames"
+    with EventLog.open(directory, fsync=False, segment_bytes=16 * 1024) as log:
+        for base in range(0, 900, 300):
+            batch = []
+            for i in range(base, base + 300):
+                event = client_quota_event((("user", f"u{i % 7}"),), "producer_byte_rate", float(i))
+                event.commit_time_ms, event.principal, event.request_id = 1_700_000_000_000 + i, "User:admin", f"r{i}"
+                batch.append(event)
+            log.append(batch)
+    with EventLog.open(directory, fsync=False, segment_bytes=1) as log:  # the live segment: the 900 are closed
+        log.append([client_quota_event((("user", "last"),), "producer_byte_rate", 1.0)])
+    result = compact_log(spark, directory, str(tmp_path / "history"), fsync=False)
+    assert result.events == 900
+    table = spark.read.parquet(str(tmp_path / "history")).orderBy("offset").collect()
+    columns = [c for c in job.HISTORY_COLUMNS if c != "commit_time"] + ["segment"]
+    assert [tuple(r[c] for c in columns) for r in table] == _reference_history(directory, 0, result.end_offset)
 
 
 def test_small_chunks_after_retention(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
