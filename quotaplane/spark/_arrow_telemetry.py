@@ -1,21 +1,26 @@
-"""Archived telemetry pushes to Arrow record batches (``POINT_SCHEMA``), a segment at a time.
+"""Archived telemetry pushes to Arrow record batches, a segment at a time: a row per push, its points in a list.
 
 Why: handing Spark one Python tuple per data point (pickled, then converted row by row in the JVM)
 cost five times what writing the same rows as Parquet did. Here an executor decodes a whole segment
 (``iter_segment_batches``: the archive's own reader, in bulk) and fills plain per-column lists, one
 entry per data point, with nothing per point but the numbers and the attribute strings OTLP gives it;
-everything that is per push (the broker's labels, the receive time) or per metric (name, type,
-temporality) is stored once and spread over the points with Arrow ``take``. Spark receives the
+what is per metric (name, type, temporality) is stored once and spread over the points with Arrow
+``take``. What is per push (the broker's labels, the client names, the receive time, the segment: most
+of a point row's bytes) stays once per push: the batch has a row per push (``PUSH_ARROW_SCHEMA``) and
+its points in a list, which the job spreads into point rows (``POINT_ARROW_SCHEMA``) with ``inline`` in
+the JVM (that took a tenth off the points write, against a row per point from here). Spark receives the
 columns through ``mapInArrow``, with no Python object per row on its side.
 
 The rows are exactly those a per-record walk of the pushes gives (``tests/spark/test_arrow_bulk_telemetry.py``
-holds that reference and compares the two on random pushes).
+holds that reference and compares it with ``points_of_pushes`` on random pushes; ``test_telemetry_push_rows``
+with the job's ``inline`` in Spark).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
@@ -23,9 +28,20 @@ import pyarrow.compute as pc
 
 from quotaplane.archive import ArchiveRecord, TornTail, iter_segment_batches
 
-__all__ = ["POINT_ARROW_SCHEMA", "any_value_text", "point_batch", "segment_point_batches"]
+__all__ = [
+    "POINT_ARROW_SCHEMA",
+    "PUSH_ARROW_SCHEMA",
+    "any_value_text",
+    "point_batch",
+    "points_of_pushes",
+    "push_batch",
+    "segment_point_batches",
+    "segment_push_batches",
+]
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
+
+_HEAD_NAMES = ("client_instance_id", "client_id", "principal", "node_id")
 
 POINT_ARROW_SCHEMA = pa.schema(
     [
@@ -50,8 +66,38 @@ POINT_ARROW_SCHEMA = pa.schema(
     ]
 )
 
+#: The per-point fields of ``POINT_ARROW_SCHEMA``, in a push's ``points`` list.
+_POINT_TYPE = pa.struct(
+    [
+        POINT_ARROW_SCHEMA.field(name)
+        for name in (
+            "time_ms",
+            "metric",
+            "type",
+            "temporality",
+            "monotonic",
+            "attributes",
+            "value",
+            "count",
+            "start_time_ms",
+        )
+    ]
+)
+_POINTS_TYPE = pa.list_(pa.field("element", _POINT_TYPE))
+
+#: A row per push: what is the push's (the archive hour, the broker's labels, the segment) once, and its
+#: data points in a list, which Spark's ``inline`` spreads into ``POINT_ARROW_SCHEMA`` rows in the JVM.
+PUSH_ARROW_SCHEMA = pa.schema(
+    [
+        *(
+            POINT_ARROW_SCHEMA.field(name)
+            for name in ("date", "hour", "received_ms", *_HEAD_NAMES, "labels", "segment")
+        ),
+        ("points", _POINTS_TYPE),
+    ]
+)
+
 _TEMPORALITY = {1: "delta", 2: "cumulative"}
-_HEAD = ("client_instance_id", "client_id", "principal", "node_id")
 _METRIC_TYPES = (pa.string(), pa.string(), pa.string(), pa.bool_())
 
 
@@ -86,16 +132,17 @@ class _Columns:
 
     def __init__(self) -> None:
         # per point
-        self.record: list[int] = []
         self.metric: list[int] = []
         self.time_ms: list[int] = []
         self.start_ms: list[int | None] = []
         self.value: list[float | None] = []
-        self.count: list[int | None] = []
-        self.attr_offsets: list[int] = [0]  # a point without attributes has a null map (two equal offsets)
+        self.count_at: list[int] = []  # the points that have a count (histograms, summaries): their index
+        self.count: list[int] = []  # and their count
+        self.attr_counts: list[int] = []  # a point without attributes (0) has a null map
         self.attr_keys: list[str] = []
         self.attr_values: list[str] = []
         # per push
+        self.point_offsets: list[int] = [0]  # its points: [point_offsets[i], point_offsets[i + 1])
         self.received: list[int] = []
         self.label_offsets: list[int] = [0]
         self.label_keys: list[str] = []
@@ -104,45 +151,44 @@ class _Columns:
         # per metric: (name, kind, aggregation temporality, monotonic) -> its index, in first-seen order
         # (temporality None for gauges and summaries, monotonic None but for sums)
         self.metric_ids: dict[tuple[str, str, int | None, bool | None], int] = {}
-        offset_append, keys, values = self.attr_offsets.append, self.attr_keys, self.attr_values
+        keys, values = self.attr_keys, self.attr_values
         key_append, value_append = keys.append, values.append
 
-        def add_attributes(kvs: Any) -> None:
+        def add_attributes(kvs: Any) -> int:
+            """Appends a point's attributes (not empty), returns how many entries it has."""
             # a string is its own text: any_value_text only for the other kinds (and the empty string)
-            n = len(kvs)
-            if n == 1:
+            if len(kvs) == 1:
                 kv = kvs[0]
                 value = kv.value
                 key_append(kv.key)
                 value_append(value.string_value or any_value_text(value))
-            elif n:
-                attributes = {}  # a key given twice keeps its first place and its last value
-                for kv in kvs:
-                    value = kv.value
-                    attributes[kv.key] = value.string_value or any_value_text(value)
-                keys.extend(attributes.keys())
-                values.extend(attributes.values())
-            offset_append(len(keys))
+                return 1
+            attributes = {}  # a key given twice keeps its first place and its last value
+            for kv in kvs:
+                value = kv.value
+                attributes[kv.key] = value.string_value or any_value_text(value)
+            keys.extend(attributes.keys())
+            values.extend(attributes.values())
+            return len(attributes)
 
-        # the per-point code is the whole cost of decoding: names bound once, no call but this one per point
+        # the per-point code is the whole cost of decoding: names bound once, no call per point but this
+        # one for a point with attributes (and the lists' appends)
         self._add_attributes = add_attributes
 
     def add(self, record: ArchiveRecord, metrics_data: Any) -> None:
         received = record.time_ms
-        r = len(self.received)
         self.received.append(received)
         labels = record.labels
         self.label_keys += labels.keys()
         self.label_values += labels.values()
         self.label_offsets.append(len(self.label_keys))
-        for column, key in zip(self.heads, _HEAD, strict=True):
+        for column, key in zip(self.heads, _HEAD_NAMES, strict=True):
             column.append(labels.get(key))
-        metric_col, counts, metric_ids = self.metric, self.count, self.metric_ids
+        metric_col, metric_ids = self.metric, self.metric_ids
         times = self.time_ms
         time_append, start_append = times.append, self.start_ms.append
-        value_append, count_append = self.value.append, self.count.append
-        add_attributes = self._add_attributes
-        first = len(times)
+        value_append, count_append, count_at_append = self.value.append, self.count.append, self.count_at.append
+        attr_count_append, add_attributes = self.attr_counts.append, self._add_attributes
         for resource_metrics in metrics_data.resource_metrics:
             for scope_metrics in resource_metrics.scope_metrics:
                 for metric in scope_metrics.metrics:
@@ -168,7 +214,6 @@ class _Columns:
                     else:
                         metric_col += [m] * n
                     if kind == "gauge" or kind == "sum":
-                        counts += [None] * n
                         for point in points:
                             time_append(point.time_unix_nano // 1_000_000 or received)
                             start_append(point.start_time_unix_nano // 1_000_000 or None)
@@ -176,48 +221,82 @@ class _Columns:
                             # -0.0 is falsy but must stay -0.0)
                             value = point.as_double
                             value_append(value or (float(point.as_int) if point.as_int else value))
-                            add_attributes(point.attributes)
+                            kvs = point.attributes
+                            attr_count_append(add_attributes(kvs) if kvs else 0)
                     else:
                         for point in points:
+                            count_at_append(len(times))
                             time_append(point.time_unix_nano // 1_000_000 or received)
                             start_append(point.start_time_unix_nano // 1_000_000 or None)
                             value_append(point.sum if kind != "histogram" or point.HasField("sum") else None)
                             count_append(point.count)
-                            add_attributes(point.attributes)
-        self.record += [r] * (len(times) - first)
+                            kvs = point.attributes
+                            attr_count_append(add_attributes(kvs) if kvs else 0)
+        self.point_offsets.append(len(times))
+
+    def _counts(self) -> pa.Array:
+        n = len(self.time_ms)
+        if not self.count_at:
+            return pa.nulls(n, pa.int64())
+        counts: list[int | None] = [None] * n
+        for i, count in zip(self.count_at, self.count, strict=True):
+            counts[i] = count
+        return pa.array(counts, pa.int64())
+
+    @property
+    def points(self) -> int:
+        return len(self.time_ms)
 
     def batch(self, path: str, hour_ms: int) -> pa.RecordBatch:
-        n = len(self.time_ms)
+        """The pushes as ``PUSH_ARROW_SCHEMA`` rows (a push without points has an empty list)."""
+        pushes = len(self.received)
         hour_start = datetime.fromtimestamp(hour_ms / 1000, UTC)
-        by_record = pa.array(self.record, pa.int32())
         by_metric = pa.array(self.metric, pa.int32())
         metrics = list(self.metric_ids) or [("", "", None, None)]  # (a batch without points: a row nothing takes)
         names, kinds, temporalities, monotonics = zip(*metrics, strict=True)
         metric_columns = (names, kinds, [_TEMPORALITY.get(t) for t in temporalities], monotonics)
-        labels = _map_array(self.label_offsets, self.label_keys, self.label_values, null_if_empty=False)
-        heads = [pa.array(column, pa.string()).take(by_record) for column in self.heads]
+        points = pa.StructArray.from_arrays(
+            [
+                pa.array(self.time_ms, pa.int64()),
+                *(
+                    pa.array(column, arrow_type).take(by_metric)
+                    for column, arrow_type in zip(metric_columns, _METRIC_TYPES, strict=True)
+                ),
+                _map_array([0, *accumulate(self.attr_counts)], self.attr_keys, self.attr_values, null_if_empty=True),
+                pa.array(self.value, pa.float64()),
+                self._counts(),
+                pa.array(self.start_ms, pa.int64()),
+            ],
+            fields=list(_POINT_TYPE),
+        )
         columns = [
-            pa.repeat(pa.scalar(hour_start.date(), pa.date32()), n),
-            pa.repeat(pa.scalar(hour_start.hour, pa.int32()), n),
-            pa.array(self.time_ms, pa.int64()),
-            pa.array(self.received, pa.int64()).take(by_record),
-            *heads,
-            labels.take(by_record),
-            *(
-                pa.array(column, arrow_type).take(by_metric)
-                for column, arrow_type in zip(metric_columns, _METRIC_TYPES, strict=True)
-            ),
-            _map_array(self.attr_offsets, self.attr_keys, self.attr_values, null_if_empty=True),
-            pa.array(self.value, pa.float64()),
-            pa.array(self.count, pa.int64()),
-            pa.array(self.start_ms, pa.int64()),
-            pa.repeat(pa.scalar(path, pa.string()), n),
+            pa.repeat(pa.scalar(hour_start.date(), pa.date32()), pushes),
+            pa.repeat(pa.scalar(hour_start.hour, pa.int32()), pushes),
+            pa.array(self.received, pa.int64()),
+            *(pa.array(column, pa.string()) for column in self.heads),
+            _map_array(self.label_offsets, self.label_keys, self.label_values, null_if_empty=False),
+            pa.repeat(pa.scalar(path, pa.string()), pushes),
+            pa.ListArray.from_arrays(pa.array(self.point_offsets, pa.int32()), points, type=_POINTS_TYPE),
         ]
-        return pa.RecordBatch.from_arrays(columns, schema=POINT_ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(columns, schema=PUSH_ARROW_SCHEMA)
 
 
-def point_batch(path: str, hour_ms: int, records: Iterable[ArchiveRecord], bad_record: Any = None) -> pa.RecordBatch:
-    """The ``POINT_SCHEMA`` rows of ``records`` (pushes of the segment ``path``, archive hour ``hour_ms``).
+def points_of_pushes(pushes: pa.RecordBatch) -> pa.RecordBatch:
+    """``PUSH_ARROW_SCHEMA`` rows flattened to ``POINT_ARROW_SCHEMA`` rows, a row per point, in order: what
+    the job's ``inline`` does in the JVM (``telemetry.points_of``), done here in Arrow."""
+    points_column = pushes.column("points")
+    by_push = pc.list_parent_indices(points_column)
+    per_push = {name: pushes.column(name).take(by_push) for name in pushes.schema.names if name != "points"}
+    per_point = dict(zip([f.name for f in _POINT_TYPE], points_column.flatten().flatten(), strict=True))
+    per_point.update(per_push)
+    return pa.RecordBatch.from_arrays([per_point[f.name] for f in POINT_ARROW_SCHEMA], schema=POINT_ARROW_SCHEMA)
+
+
+def push_batch(
+    path: str, hour_ms: int, records: Iterable[ArchiveRecord], bad_record: Any = None
+) -> tuple[pa.RecordBatch, int]:
+    """The ``PUSH_ARROW_SCHEMA`` rows of ``records`` (pushes of the segment ``path``, archive hour
+    ``hour_ms``) and their number of data points.
 
     A record whose body is not OTLP ``MetricsData`` is skipped and, if given, ``bad_record(record,
     reason)`` is called (the reason names the protobuf error).
@@ -235,13 +314,19 @@ def point_batch(path: str, hour_ms: int, records: Iterable[ArchiveRecord], bad_r
                 bad_record(record, f"body is not an OTLP MetricsData: {exc}")
             continue
         columns.add(record, metrics_data)
-    return columns.batch(path, hour_ms)
+    return columns.batch(path, hour_ms), columns.points
 
 
-def segment_point_batches(
+def point_batch(path: str, hour_ms: int, records: Iterable[ArchiveRecord], bad_record: Any = None) -> pa.RecordBatch:
+    """The ``POINT_SCHEMA`` rows of ``records``: ``push_batch``'s, a row per data point."""
+    return points_of_pushes(push_batch(path, hour_ms, records, bad_record)[0])
+
+
+def segment_push_batches(
     path: str, hour_ms: int, data: bytes, bad_record: Any = None, on_torn_tail: Any = None
 ) -> Iterator[pa.RecordBatch]:
-    """One batch of points per archive batch of a whole segment's bytes (empty batches left out).
+    """One ``PUSH_ARROW_SCHEMA`` batch per archive batch of a whole segment's bytes (those without a
+    data point left out).
 
     Raises ``ArchiveCorruptError`` as the archive reader does; a torn tail ends the segment and goes
     to ``on_torn_tail`` if given.
@@ -251,6 +336,14 @@ def segment_point_batches(
             if on_torn_tail is not None:
                 on_torn_tail(item)
             return
-        batch = point_batch(path, hour_ms, item[1], bad_record)
-        if batch.num_rows:
+        batch, points = push_batch(path, hour_ms, item[1], bad_record)
+        if points:
             yield batch
+
+
+def segment_point_batches(
+    path: str, hour_ms: int, data: bytes, bad_record: Any = None, on_torn_tail: Any = None
+) -> Iterator[pa.RecordBatch]:
+    """``segment_push_batches``' batches as ``POINT_ARROW_SCHEMA`` rows, a row per data point."""
+    for batch in segment_push_batches(path, hour_ms, data, bad_record, on_torn_tail):
+        yield points_of_pushes(batch)

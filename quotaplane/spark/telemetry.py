@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from quotaplane.exporters.archive import TELEMETRY_STREAM
 
 from ._archive import list_hour_dirs, one_task_per_segment, read_stream_arrow
-from ._arrow_telemetry import segment_point_batches
+from ._arrow_telemetry import POINT_ARROW_SCHEMA, segment_push_batches
 from ._session import JobInputError
 from ._util import SetAccumulator
 
@@ -58,6 +58,13 @@ POINT_SCHEMA = (
     "principal string, node_id string, labels map<string,string>, metric string, type string, "
     "temporality string, monotonic boolean, attributes map<string,string>, value double, count long, "
     "start_time_ms long, segment string"
+)
+#: What the executors' Python hands the JVM: a row per push, its points in a list (``PUSH_ARROW_SCHEMA``).
+PUSH_SCHEMA = (
+    "date date, hour int, received_ms long, client_instance_id string, client_id string, principal string, "
+    "node_id string, labels map<string,string>, segment string, points array<struct<time_ms: long, "
+    "metric: string, type: string, temporality: string, monotonic: boolean, attributes: map<string,string>, "
+    "value: double, count: long, start_time_ms: long>>"
 )
 
 
@@ -93,40 +100,54 @@ def _decode(
     hour_dirs = list_hour_dirs(spark, roots, stream, start_ms=start_ms, end_ms=end_ms)
     errors = SetAccumulator.create(spark.sparkContext)
     seen = SetAccumulator.create(spark.sparkContext)
-    points = read_stream_arrow(spark, hour_dirs, segment_point_batches, POINT_SCHEMA, errors, seen)
-    return points, errors, len({h.hour_ms for h in hour_dirs}), seen
+    pushes = read_stream_arrow(spark, hour_dirs, segment_push_batches, PUSH_SCHEMA, errors, seen)
+    return points_of(pushes), errors, len({h.hour_ms for h in hour_dirs}), seen
+
+
+def points_of(pushes: DataFrame) -> DataFrame:
+    """``PUSH_SCHEMA`` rows spread into ``POINT_SCHEMA`` rows, a row per data point, by ``inline`` in the JVM.
+
+    Why not a row per point from Python: a push's broker labels, client names and segment path (some
+    350 of a point row's 500 bytes) then crossed from Python to the JVM, and were turned into Spark's
+    rows, once per point rather than once per push.
+    """
+    from pyspark.sql import functions as F
+
+    spread = pushes.select(*(c for c in pushes.columns if c != "points"), F.inline("points"))
+    return spread.select(*POINT_ARROW_SCHEMA.names)
 
 
 def rollups_of(points: DataFrame) -> DataFrame:
     """Per (date, hour, client_instance_id, metric, minute) rollups of ``points`` (module docstring),
     sorted within each task by the group keys (the writer's (date, hour) order first).
 
-    One shuffle, by (date, hour, client_instance_id, metric): the series window (partitioned by those,
-    ordered by the series' attribute set, then time) and the minute groups (those and the minute) need
-    no other, and an hour's rollups are computed by as many tasks as there are cores. A series is told
-    from the previous row's by its sorted attribute entries, compared as they are (no text form).
+    One shuffle, by (date, hour, client_instance_id, metric): the series window (partitioned by those
+    and the series' sorted attribute entries, ordered by time) and the minute groups (those keys and
+    the minute) need no other, and an hour's rollups are computed by as many tasks as there are cores.
+    The series is part of the window's partition, not only of its order, so a series' first point
+    has no previous row at all: two lags (value, start time), where telling the previous row's series
+    from this one's took seven (three of them of the attribute array, each compared) and an eighth of
+    the rollups' time.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     no_attributes = F.create_map().cast("map<string,string>")
     series_key = F.array_sort(F.map_entries(F.coalesce("attributes", no_attributes)))
-    by_instance_metric = Window.partitionBy("date", "hour", "client_instance_id", "metric").orderBy(
-        "_series", "time_ms", "received_ms"
-    )
-    same_series = F.lag("_series").over(by_instance_metric) == F.col("_series")
-    prev = F.when(same_series, F.lag("value").over(by_instance_metric))
-    prev_start = F.lag("start_time_ms").over(by_instance_metric)
+    keys = ("date", "hour", "client_instance_id", "metric")
+    by_series = Window.partitionBy(*keys, "_series").orderBy("time_ms", "received_ms")
+    prev, prev_start = F.col("_prev"), F.col("_prev_start")
     reset = (F.col("value") < prev) | ~F.col("start_time_ms").eqNullSafe(prev_start)
     cumulative_increase = (
         F.when(prev.isNull(), F.lit(None).cast("double")).when(reset, F.col("value")).otherwise(F.col("value") - prev)
     )
-    keys = ("date", "hour", "client_instance_id", "metric")
     columns = (*keys, "type", "temporality", "attributes", "time_ms", "received_ms", "value", "start_time_ms")
     with_increase = (
         points.select(*columns)
         .repartition(*keys)
         .withColumn("_series", series_key)
+        .withColumn("_prev", F.lag("value").over(by_series))
+        .withColumn("_prev_start", F.lag("start_time_ms").over(by_series))
         .withColumn(
             "_increase",
             F.when(F.col("temporality") == "cumulative", cumulative_increase).otherwise(F.col("value")),
@@ -160,9 +181,14 @@ def compact_telemetry(
     """Decode the archive hours in ``[start_ms, end_ms)`` (default: all) of ``roots`` and write points and
     rollups under ``output`` (module docstring). Raises ``JobInputError`` before writing anything if
     there is nothing to read."""
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     output = output.rstrip("/") or output
+    # the rows each write wrote, counted as it writes them (where a count of the written files cost a job
+    # of its own each, a listing and a read of every file's footer)
+    points_written, rollups_written = Observation(), Observation()
+    rows = F.count(F.lit(1)).alias("rows")
     points, errors, hours, hours_with_rows = _decode(spark, roots, start_ms, end_ms, TELEMETRY_STREAM)
     points_dir, rollups_dir = f"{output}/points", f"{output}/rollups"
     with one_task_per_segment(spark):
@@ -172,6 +198,7 @@ def compact_telemetry(
             # job and left one core to write a whole hour.) In the order of Spark's writer, (date,
             # hour): a sort by more columns before it costs as much again.
             points.withColumn("time", F.timestamp_millis("time_ms"))
+            .observe(points_written, rows)
             .write.mode("overwrite")
             .partitionBy("date", "hour")
             .parquet(points_dir)
@@ -190,14 +217,12 @@ def compact_telemetry(
         condition = c if condition is None else condition | c
     fresh = written.where(condition)
     rollups = rollups_of(fresh)
-    rollups.write.mode("overwrite").partitionBy("date", "hour").parquet(rollups_dir)
-    n_points = fresh.count()
-    n_rollups = spark.read.parquet(rollups_dir).where(condition).count()
+    rollups.observe(rollups_written, rows).write.mode("overwrite").partitionBy("date", "hour").parquet(rollups_dir)
     return TelemetryCompaction(
         points_dir=points_dir,
         rollups_dir=rollups_dir,
         hours=hours,
-        points=n_points,
-        rollups=n_rollups,
+        points=points_written.get["rows"],
+        rollups=rollups_written.get["rows"],
         errors=tuple(sorted(errors.value)),
     )
