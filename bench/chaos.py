@@ -28,7 +28,10 @@ What it runs
     ``quotaplane_controller``, where the driver attaches and the log's volume is, and ``--shard-nodes`` workers
     offering ``quotaplane_shard``) and ``launch`` joins it with the shards spread over the workers; a ``node``
     fault SIGKILLs every process of a worker node hosting a shard (its raylet, its object store, its workers),
-    and a replacement worker node joins at once, as Kubernetes would start a new pod; Ray notices the dead node
+    and a replacement worker node joins at once, as Kubernetes would start a new pod; each shard's warm standby
+    (``quotaplane.actors._standby``, on another worker: ``--no-standby`` leaves them out) serves its keys from the
+    last usage checkpoint once Ray declares the node dead, until Ray's restart of the shard takes them back; Ray
+    notices the dead node
     (its GCS health checks: ``--ray-health-check-period-ms`` times ``--ray-health-check-failure-threshold``,
     quotaplane's shipped ``NODE_FAILURE_DETECTION`` unless the flags say else) and restarts the
     node's shards on a live one. ``host`` (a gateway host): the clients' gateway and Kafka proxy run in a
@@ -119,6 +122,7 @@ def _usage_client(address: str, users_by_shard: dict[str, list[str]], batch: int
     def stream(shard: str, users: list[str]) -> None:
         records: list[tuple[float, float, str]] = []
         samples: dict[str, str] = {}  # the first message of each error code
+        messages: collections.Counter[str] = collections.Counter()  # every error message (its start), counted
         reopened = 0
         batch_id = 0
         with grpc.insecure_channel(address) as channel:
@@ -155,16 +159,18 @@ def _usage_client(address: str, users_by_shard: dict[str, list[str]], batch: int
                             code = "WRONG_ANSWER_LENGTH"
                         if code:
                             samples.setdefault(code, answer.error.message[:300])
+                            messages[answer.error.message[:120]] += 1
                         records.append((sent.pop(answer.batch_id), received, code))
                         turn.release()
                 except grpc.RpcError as e:  # the stream as a whole failed: count it as an error, reopen
                     received = time.monotonic()
                     samples.setdefault(f"STREAM_{e.code().name}", str(e.details())[:300])
+                    messages[str(e.details())[:120]] += 1
                     for started in sent.values():
                         records.append((started, received, f"STREAM_{e.code().name}"))
                     reopened += 1
                     time.sleep(0.05)
-        results[shard] = {"records": records, "reopened": reopened, "samples": samples}
+        results[shard] = {"records": records, "reopened": reopened, "samples": samples, "messages": dict(messages)}
 
     threads = [threading.Thread(target=stream, args=item) for item in users_by_shard.items()]
     for t in threads:
@@ -470,15 +476,33 @@ def kill_node(nodes: Any, cluster: Any, rng: random.Random) -> dict[str, Any]:
     declared_dead.start()
     nodes.remove_node(node, allow_graceful=False)  # SIGKILL of the raylet, its store and its agents
     add_shard_node(nodes)
-    new_pids = {name: actor_pid(cluster.shards[name], timeout_s=120) for name in shards}
+    try:
+        new_pids = {name: actor_pid(cluster.shards[name], timeout_s=120) for name in shards}
+    except Exception as e:
+        raise RuntimeError(f"a shard of the killed node did not come back: {restart_diagnosis(cluster, shards)}") from e
     moved_to = {name: ray.get(cluster.shards[name].node.remote(), timeout=30) for name in shards}
-    started_ms = {name: ray.get(cluster.shards[name].info.remote(), timeout=30)["started_ms"] for name in shards}
+    infos = {name: ray.get(cluster.shards[name].info.remote(), timeout=30) for name in shards}
+    started_ms = {name: info["started_ms"] for name, info in infos.items()}
+    # a warm standby (``quotaplane.actors._standby``) serves the shard between the node's death and the restart
+    took_over: dict[str, float | None] = {}
+    for name in shards:
+        standby = cluster.standbys.get(name)
+        try:
+            at_ms = None if standby is None else ray.get(standby.info.remote(), timeout=30)["took_over_ms"]
+        except Exception:  # the standby died with the node too: the restart serves
+            at_ms = None
+        took_over[name] = None if at_ms is None or at_ms < killed_wall_ms else round((at_ms - killed_wall_ms) / 1000, 3)
     declared_dead.join(timeout=60)
     return {
         # where the recovery went: Ray's GCS declaring the node dead (its health checks), then each shard's new
         # process constructed (a worker started on a live node, the shard's __init__ done)
         "declared_dead_s": None if declared_dead.at is None else round(declared_dead.at - killed, 3),
         "shard_started_s": {name: round((ms - killed_wall_ms) / 1000, 3) for name, ms in started_ms.items()},
+        # the serving incarnation's own account of its start (``ShardActor.info()["start_phases_ms"]``): its process
+        # started, imports, Ray calling ``__init__``, the config replay, the checkpoint load ...
+        "shard_start_phases_ms": {name: info.get("start_phases_ms") for name, info in infos.items()},
+        # when each shard's standby started serving it (None: it did not; the restarted primary serves)
+        "standby_took_over_s": took_over,
         "kind": "node",
         "target": victim[:12],
         "shards": shards,
@@ -489,6 +513,26 @@ def kill_node(nodes: Any, cluster: Any, rng: random.Random) -> dict[str, Any]:
         "restarted_on_another_node": all(node_id != victim for node_id in moved_to.values()),
         "restart_s": round(time.monotonic() - killed, 3),
     }
+
+
+def restart_diagnosis(cluster: Any, shards: Sequence[str]) -> dict[str, Any]:
+    """Why a shard did not restart: Ray's view of the shards' actors (state, restarts, node), their placement
+    groups (state, bundle nodes) and the live nodes' resources."""
+    import ray
+
+    names = {f"quotaplane-shard-{s}" for s in shards} | {f"quotaplane-shard-{s}-standby" for s in shards}
+    actors = {
+        a["Name"]: (a["State"], a["NumRestarts"], a["Address"]["NodeID"][:12])
+        for a in ray._private.state.actors().values()
+        if a.get("Name") in names
+    }
+    groups = {
+        pg.get("name"): (pg.get("state"), {i: n[:12] for i, n in pg.get("bundles_to_node_id", {}).items()})
+        for pg in ray.util.placement_group_table().values()
+        if pg.get("name") in {f"quotaplane-shard-{s}" for s in shards}
+    }
+    nodes = {n["NodeID"][:12]: n.get("Resources") for n in ray.nodes() if n["Alive"]}
+    return {"actors": actors, "placement_groups": groups, "live_nodes": nodes}
 
 
 class GatewayHost:
@@ -795,6 +839,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 kafka_listener=listener,
                 fsync=True,
                 num_cpus=None if nodes is not None else 2,
+                shard_standby=not args.no_standby,
                 **placement,
             ) as cluster:
                 users = load_users(cluster, per_shard=8)
@@ -946,6 +991,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # streams must not notice
             settled = killed + fault["restart_s"] + 1.0
             per_stream = [usage_recovery(streams[name]["records"], killed, settled) for name in fault["shards"]]
+            # when each error of the node's shards' streams came, from the kill (s)
+            fault["stream_errors_at_s"] = {
+                name: [
+                    round(received - killed, 3)
+                    for _, received, code in streams[name]["records"]
+                    if code and killed <= received <= settled
+                ]
+                for name in fault["shards"]
+            }
             recovered = None if None in per_stream else max(v for v in per_stream if v is not None)
             others = [s for name, s in streams.items() if name not in fault["shards"]]
             fault["other_streams_longest_silence_s"] = max(
@@ -1024,6 +1078,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "streams_reopened": {name: s["reopened"] for name, s in streams.items()},
         "errors_during_controller_outages": during_controller,
         "error_samples": {name: s["samples"] for name, s in streams.items()},
+        "error_messages": {name: s.get("messages", {}) for name, s in streams.items()},
     }
     report["admin"] = {
         "changes_sent": len(admin.changes),
@@ -1124,6 +1179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--produce-rate", type=float, default=500.0, help="msgs/s per producer")
     parser.add_argument("--no-proxy", action="store_true", help="leave the Kafka proxy and its clients out")
+    parser.add_argument(
+        "--no-standby",
+        action="store_true",
+        help="no warm standby shards (launch(shard_standby=False)): a killed shard waits for Ray's restart",
+    )
     parser.add_argument("--recovery-bound-s", type=float, default=20.0, help="the exit status' recovery bound")
     parser.add_argument("--seed", type=int, default=18)
     args = parser.parse_args(argv)
@@ -1155,6 +1215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else f"{args.producers} idempotent producers at {args.produce_rate} msg/s, one consumer",
             "seed": args.seed,
             "quick": args.quick,
+            "shard_standby": not args.no_standby,
         },
         "results": results,
         "failures": failures,

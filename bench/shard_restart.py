@@ -200,7 +200,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with (
         tempfile.TemporaryDirectory(prefix="qp-bench-restart-") as tmp,
-        launch(Path(tmp) / "d", shards=1, admin_port=0, gateway_port=0, metrics_port=None, fsync=False) as cluster,
+        # no warm standby (``quotaplane.actors._standby``): this measures what Ray's restart of the shard loses with
+        # and without its checkpoint (a standby would take over, and hand its windows back to the restart)
+        launch(
+            Path(tmp) / "d",
+            shards=1,
+            admin_port=0,
+            gateway_port=0,
+            metrics_port=None,
+            fsync=False,
+            shard_standby=False,
+        ) as cluster,
         grpc.insecure_channel(cluster.admin_address) as admin_channel,
         grpc.insecure_channel(cluster.gateway_address) as channel,
     ):
@@ -240,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "after_s": args.after_s,
             "quota_window": "11 x 1 s (Kafka's defaults)",
             "checkpoint_interval_s": 1.0,
+            "shard_standby": False,
             "admitted": "bytes of items answered with throttle 0, items stamped in [kill, kill + after_s)",
         },
         "figures": run(args),

@@ -10,6 +10,7 @@ from ._follower import Bindings, ConfigFollower, ray_get
 from ._named import NamedActor
 from ._placement import RendezvousPlacement, owner_of, shard_weight
 from ._resources import check_resources
+from ._standby import STANDBY_SUFFIX, NotServingError, standby_of
 from ._usage_checkpoint import CHECKPOINT_FILE
 from .controller import (
     DEFAULT_CONTROLLER_NAME,
@@ -23,12 +24,14 @@ from .shard import ShardActor, start_shard
 __all__ = [
     "CHECKPOINT_FILE",
     "DEFAULT_CONTROLLER_NAME",
+    "STANDBY_SUFFIX",
     "Bindings",
     "ConfigController",
     "ConfigFollower",
     "DirectAddress",
     "ImageSnapshot",
     "NamedActor",
+    "NotServingError",
     "OffsetOutOfRangeError",
     "RendezvousPlacement",
     "ShardActor",
@@ -37,6 +40,7 @@ __all__ = [
     "ray_get",
     "read_frame",
     "shard_weight",
+    "standby_of",
     "start_controller",
     "start_shard",
     "write_frame",

@@ -12,7 +12,9 @@ a party Ray lets call the actor can use the channel); anything else closes the c
 it is decoded. Then each request frame is ``pickle((kind, config_offset, items))`` and its answer
 ``pickle((outcome, value))``: ``("ok", (offset, results))`` (or ``("ok", (offset, None, events))`` from a
 shard ahead of the batch's config offset: ``ShardActor.serve_at``), ``("invalid", message)`` for the shard's
-ValueError (bad items: the batch changed nothing), or ``("error", message)``. One request at a time per
+ValueError (bad items: the batch changed nothing), ``("not_serving", message)`` from a warm standby that does
+not own the shard (nothing served: the gateway sends the batch to the primary; ``_standby``), or
+``("error", message)``. One request at a time per
 connection; a gateway opens one connection per shard worker.
 
 **One at a time.** The shard's core is single-threaded by design: every public method of a class decorated
@@ -33,12 +35,15 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ._standby import NotServingError
+
 __all__ = [
     "MAX_FRAME_BYTES",
     "DirectAddress",
     "DirectChannelServer",
     "read_frame",
     "serialized",
+    "unserialized",
     "write_frame",
 ]
 
@@ -53,6 +58,7 @@ TOKEN_BYTES = 32
 DirectAddress = tuple[str, int, bytes]
 
 C = TypeVar("C", bound=type)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def read_frame(stream: Any) -> bytes | None:
@@ -88,9 +94,21 @@ def serialized(cls: C) -> C:
         return guarded
 
     for name, member in list(vars(cls).items()):
-        if not name.startswith("_") and callable(member) and not isinstance(member, staticmethod | classmethod):
+        if (
+            not name.startswith("_")
+            and callable(member)
+            and not isinstance(member, staticmethod | classmethod)
+            and not getattr(member, "_unserialized", False)
+        ):
             setattr(cls, name, guard(member))
     return cls
+
+
+def unserialized(method: F) -> F:
+    """Leave ``method`` out of :func:`serialized`: it takes the serving lock itself, only where it must (a
+    standby's ``take_over`` waits for the controller's grant without holding the shard)."""
+    method._unserialized = True  # type: ignore[attr-defined]
+    return method
 
 
 class DirectChannelServer:
@@ -156,6 +174,8 @@ class DirectChannelServer:
             outcome: tuple[str, Any] = ("ok", self._serve(kind, config_offset, items))
         except ValueError as e:
             outcome = ("invalid", str(e))
+        except NotServingError as e:  # a standby that does not own the shard: nothing served
+            outcome = ("not_serving", str(e))
         except Exception as e:  # the shard's own failure: the gateway reports it, the channel goes on
             log.exception("direct channel: a micro-batch failed")
             outcome = ("error", f"{type(e).__name__}: {e}")

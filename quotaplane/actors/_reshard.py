@@ -131,14 +131,18 @@ class ReshardHost:
         clock_ms: Callable[[], int],
         *,
         hand_over_timeout_s: float = 30.0,
+        receives: Callable[[], bool] = lambda: True,
     ) -> None:
         """``shard``: what holds the state (a ShardActor: ``image``, ``quotas``, ``producer_ids``, ``telemetry``,
-        ``connections``, ``replication``), read at each hand-over; ``peer``: another shard's handle by id."""
+        ``connections``, ``replication``), read at each hand-over; ``peer``: another shard's handle by id;
+        ``receives``: whether this member pulls what it wins (a warm standby that does not serve must not: a
+        giver forgets what it hands over, and the primary is the one that decides those keys)."""
         self.shard_id = str(shard_id)
         self._shard = shard
         self._peer = peer
         self._clock_ms = clock_ms
         self.hand_over_timeout_s = hand_over_timeout_s
+        self._receives = receives
         #: batches of the unfenced kinds routed before this offset used another shard count: refused
         self.placement_offset = shard_count_offset(shard.image)
         self.stats = ReshardStats()
@@ -165,7 +169,7 @@ class ReshardHost:
         """Pull the state of the keys this shard wins from each giver (before serving anything at ``new``)."""
         self.stats.reshards += 1
         givers = givers_for(self.shard_id, old, new)
-        if not givers:
+        if not givers or not self._receives():
             return  # this shard gains no keys (it keeps or gives its own)
         started = time.monotonic()
         record: dict[str, Any] = {

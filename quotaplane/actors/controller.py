@@ -40,7 +40,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ from quotaplane.meta_properties import claim_cluster_id
 from quotaplane.v1 import config_events_pb2 as pb
 
 from ._resources import check_resources
+from ._standby import ShardOwners
 
 __all__ = [
     "DEFAULT_CONTROLLER_NAME",
@@ -175,6 +176,8 @@ class ConfigController:
         self._published = self._store.end_offset  # events below this were pushed (or predate every subscriber)
         self._subscribers: dict[str, _Subscriber] = {}
         self._started_ms = wall_clock_ms()
+        #: which member of each shard (primary or warm standby) may decide its keys (``_standby``)
+        self._owners = ShardOwners(self.data_dir, fsync=fsync)
         self._reattach_subscribers()
 
     # --- subscribers -----------------------------------------------------------------------------------
@@ -243,6 +246,27 @@ class ConfigController:
             self._subscribers[_subscriber_key(handle, name, namespace)] = _Subscriber(handle, name, namespace)
             handle.notify_end_offset.remote(end)  # it may have missed the last events before the crash
         self._save_subscribers()
+
+    # --- shard ownership (warm standbys, ``_standby``) ----------------------------------------------------
+    def claim_shard(self, name: str, namespace: str | None, primary_id: str) -> dict[str, Any]:
+        """A primary shard incarnation (the actor ``name``, Ray id ``primary_id``) claims its shard before it
+        serves; the record as it was (``owner == "standby"``: the standby was granted and must be released before
+        the primary serves)."""
+        return asdict(self._owners.claim_primary(name, namespace, primary_id))
+
+    def grant_standby(self, name: str, namespace: str | None, primary_id: str, standby_id: str) -> int | None:
+        """The standby (Ray id ``standby_id``) of primary ``name`` (``primary_id``) asks to decide the shard's
+        keys: its epoch if granted (Ray says the primary incarnation that claimed last is gone), None while that
+        incarnation lives or starts."""
+        return self._owners.grant_standby(name, namespace, primary_id, standby_id)
+
+    def shard_owner(self, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """The owner record of primary ``name``'s shard (for checks and tools)."""
+        return asdict(self._owners.record(name, namespace))
+
+    def forget_shard(self, name: str, namespace: str | None = None) -> None:
+        """Drop the owner record of a shard a reshard removed."""
+        self._owners.forget(name, namespace)
 
     # --- publishing --------------------------------------------------------------------------------------
     def _read(self, from_offset: int, to_offset: int) -> list[tuple[int, bytes]]:

@@ -36,6 +36,14 @@ what was recorded after the last checkpoint. Without one (or with a checkpoint o
 it answers as if its clients had been idle: at most one window (~11 s by default) of overuse.
 ``progress()["restored_usage_age_ms"]`` says how old the restored windows were.
 
+**Warm standby** (``_standby``; ``standby=True``): the same class as a second actor per shard, on another node,
+following the log but serving nothing (``NotServingError``) until a gateway that lost the primary asks it to
+``take_over``; the controller grants that only once Ray says the primary's incarnation is gone, and the standby
+then serves from the primary's last usage checkpoint. A primary claims the shard in ``__init__`` before it
+serves, and if the standby was serving, ``release``s it first and goes on from the usage windows it hands back.
+A node loss is so served again after Ray's death detection plus the takeover (~0.1 s), not after a new worker
+process and its imports (1-2 s: ``info()["start_phases_ms"]`` shows where a start goes).
+
 The actor runs one call at a time (Ray's default for a synchronous actor): the core is single-threaded
 by design, and a catch-up pull blocks the shard's queue only for the time of that pull.
 """
@@ -67,17 +75,20 @@ from quotaplane.quota import (
     UsageSnapshot,
     build_quota_managers,
     export_usage,
+    forget_usage,
     import_usage,
 )
 
 from ._connection_host import ConnectionHost
-from ._direct import DirectAddress, DirectChannelServer, serialized
+from ._direct import DirectAddress, DirectChannelServer, serialized, unserialized
 from ._follower import Bindings, ConfigFollower, ray_get
 from ._metric_rows import MetricRow, metric_rows
 from ._named import resolve_actor
 from ._replication_host import ReplicationHost
 from ._reshard import HandOver, ReshardHost
 from ._resources import check_resources
+from ._standby import GRANT_POLL_S, STANDBY_SUFFIX, NotServingError, actor_state
+from ._start_phases import StartPhases
 from ._telemetry_host import TelemetryHost, archive_writer_id
 from ._throttle_archive import ThrottleArchive
 from ._usage_checkpoint import CHECKPOINT_FILE, UsageCheckpointer, load_checkpoint
@@ -112,6 +123,7 @@ class ShardActor:
         controller_timeout_s: float = 30.0,
         data_dir: str | None = None,
         checkpoint_interval_s: float | None = 1.0,
+        standby: bool = False,
     ) -> None:
         #: every public method runs under it (``serialized``): Ray's thread and the direct channel's take turns
         self.serving_lock = threading.RLock()
@@ -126,27 +138,62 @@ class ShardActor:
         self._reconstructed = bool(context.was_current_actor_reconstructed)
         self._actor_name = context.get_actor_name() or None
         self._namespace = context.namespace
+        phases = StartPhases()
+        #: a warm standby (``_standby``): follows the log, serves only between ``take_over`` and ``release``
+        self.standby = standby
+        #: whether this member decides the shard's keys now (a primary: always once started)
+        self.serving = not standby
+        self.took_over_ms: int | None = None
+        #: the controller's epoch of this standby's last grant
+        self.epoch: int | None = None
+        #: the Ray actor id of the primary (the same across its restarts): a standby starts after it
+        self._primary_id: str | None = self._find_primary_id() if standby else None
+        #: until when ``take_over`` answers None at once (``time.monotonic``): the primary outlived a whole wait
+        self._refused_until = 0.0
+        self.takeovers = 0
+        self.releases = 0
+        self._checkpoint_interval_s = checkpoint_interval_s
         self.follower = ConfigFollower(self._call, max_events=catch_up_events)
         self.follower.start()
+        phases.mark("config_replay")
         self._build_managers(self._started_ms)
-        self._restore_usage()
+        phases.mark("build_managers")
+        # a primary claims the shard before it serves; the standby hands back what it decided meanwhile
+        handed = None if standby else self._claim()
+        phases.mark("claim")
+        self.restored_usage_age_ms: int | None = None
+        self.restored_sensors = 0
+        if not standby:
+            self._restore_usage(handed, self._started_ms)
+        phases.mark("checkpoint_load")
         self._subscribe()
+        phases.mark("subscribe")
         self._direct = DirectChannelServer(self.serve_at, ray.util.get_node_ip_address())
+        phases.mark("direct_channel")
         self._checkpointer: UsageCheckpointer | None = None
-        if self.data_dir is not None and checkpoint_interval_s:
-            self._checkpointer = UsageCheckpointer(
-                Path(self.data_dir) / CHECKPOINT_FILE,
-                lambda: export_usage(self.quotas),
-                UsageSnapshot.to_bytes,
-                self.serving_lock,
-                wall_clock_ms,
-                interval_s=checkpoint_interval_s,
-            )
-            self._checkpointer.start()
+        if not standby:
+            self._start_checkpointer()
+        #: where this incarnation's start went (ms): its process' start to ``__init__`` (the worker's own start,
+        #: Ray's and quotaplane's imports), then each step of ``__init__`` (``info()["start_phases_ms"]``)
+        self.start_phases_ms = phases.done(self._started_ms)
 
     @property
     def image(self) -> ConfigImage:
         return self.follower.image
+
+    def _start_checkpointer(self) -> None:
+        """Write the usage windows to the data directory every ``checkpoint_interval_s`` (while serving)."""
+        if self.data_dir is None or not self._checkpoint_interval_s:
+            return
+        self._checkpointer = UsageCheckpointer(
+            Path(self.data_dir) / CHECKPOINT_FILE,
+            lambda: export_usage(self.quotas),
+            UsageSnapshot.to_bytes,
+            self.serving_lock,
+            wall_clock_ms,
+            interval_s=self._checkpoint_interval_s,
+        )
+        self._checkpointer.start()
 
     # --- start ---------------------------------------------------------------------------------------
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -193,7 +240,10 @@ class ShardActor:
         self.replication = ReplicationHost(lambda: self.image)
         self.connections = ConnectionHost(lambda: self.image)
         #: the keys this shard owns at its offset; a reshard's hand-over of moved state (``_reshard``)
-        self.reshard = ReshardHost(str(self.shard_id), self, self._peer, lambda: self.latest_ms)
+        # a standby that does not serve must not pull a reshard's moved state: the hand-over takes it from the giver
+        self.reshard = ReshardHost(
+            str(self.shard_id), self, self._peer, lambda: self.latest_ms, receives=lambda: self.serving
+        )
         self.follower.binding = Bindings(self.binding, self.replication, self.connections, self.reshard)
         self._handlers = {
             "usage": self._serve_usage,
@@ -213,32 +263,157 @@ class ShardActor:
     def _peer(self, shard_id: str) -> Any:
         """Another shard of this cluster, by id: named as this one is (``quotaplane-shard-<id>`` by default),
         in the same namespace."""
-        own, suffix = self._actor_name, str(self.shard_id)
+        own, suffix = self._primary_name(), str(self.shard_id)
         prefix = own[: -len(suffix)] if own and own.endswith(suffix) else "quotaplane-shard-"
         return ray.get_actor(f"{prefix}{shard_id}", namespace=self._namespace)
 
-    def _restore_usage(self) -> None:
-        """Put back the usage windows of the last checkpoint, if it is younger than the largest quota window
-        (``_usage_checkpoint``); ``restored_usage_age_ms`` stays None when nothing was restored."""
-        #: how old the restored usage windows were at start (ms), None: started with empty windows
-        self.restored_usage_age_ms: int | None = None
+    def _restore_usage(self, handed: bytes | None, now_ms: int) -> None:
+        """Put back the usage windows a released standby ``handed`` over (exact: age 0), else those of the last
+        checkpoint, if it is younger than the largest quota window (``_usage_checkpoint``);
+        ``restored_usage_age_ms`` (how old the restored windows were, ms) stays None when nothing was restored."""
+        self.restored_usage_age_ms = None
         self.restored_sensors = 0
-        if self.data_dir is None:
-            return
-        config = self.quotas.produce.config
-        loaded = load_checkpoint(
-            Path(self.data_dir) / CHECKPOINT_FILE, self._started_ms, config.num_quota_samples * config.quota_window_ms
-        )
-        if loaded is None:
-            return
-        age_ms, snapshot = loaded
+        if handed is not None:
+            age_ms, snapshot = 0, UsageSnapshot.from_bytes(handed)
+        else:
+            if self.data_dir is None:
+                return
+            config = self.quotas.produce.config
+            loaded = load_checkpoint(
+                Path(self.data_dir) / CHECKPOINT_FILE, now_ms, config.num_quota_samples * config.quota_window_ms
+            )
+            if loaded is None:
+                return
+            age_ms, snapshot = loaded
         try:
-            restored = import_usage(self.quotas, snapshot, self._started_ms)
+            restored = import_usage(self.quotas, snapshot, now_ms)
         except ValueError as exc:  # checked whole before anything is restored: the shard starts empty
             logger.warning("usage checkpoint of shard %s ignored: %s", self.shard_id, exc)
             return
         self.restored_usage_age_ms = age_ms
         self.restored_sensors = sum(n for kind, n in restored.items() if kind != "skipped")
+
+    # --- warm standby (``_standby``) ---------------------------------------------------------------------
+    def _primary_name(self) -> str | None:
+        """The primary's actor name: this actor's own, less ``STANDBY_SUFFIX`` for a standby."""
+        name = self._actor_name
+        if name is not None and self.standby and name.endswith(STANDBY_SUFFIX):
+            return name[: -len(STANDBY_SUFFIX)]
+        return name
+
+    def _find_primary_id(self) -> str | None:
+        """The primary's Ray actor id, by its name (None when no actor has it, e.g. not yet created)."""
+        primary = self._primary_name()
+        if primary is None:
+            return None
+        try:
+            return str(ray.get_actor(primary, namespace=self._namespace)._actor_id.hex())
+        except ValueError:
+            return None
+
+    def _claim(self) -> bytes | None:
+        """Claim the shard at the controller before serving; if its standby had been granted meanwhile, release
+        it first: the usage windows it hands back (None: nothing to take over). An unnamed shard (a test's)
+        has no standby and claims nothing."""
+        if self._actor_name is None:
+            return None
+        own_id = ray.get_runtime_context().get_actor_id()
+        try:
+            before = self._call("claim_shard", self._actor_name, self._namespace, own_id)
+        except AttributeError:  # a controller from before standbys (a rolling upgrade): it granted none
+            return None
+        if before["owner"] != "standby" or before["standby_id"] is None:
+            return None
+        return self._release_standby(before["standby_id"], before["standby_restarts"])
+
+    def _release_standby(self, standby_id: str, granted_restarts: int | None) -> bytes | None:
+        """``release`` on the standby that was granted (Ray actor ``standby_id``, restart count
+        ``granted_restarts``), retried while Ray says that incarnation lives; None at once when Ray says it is
+        gone (a restarted standby starts not serving). A standby alive but unreachable past the controller timeout
+        raises: this incarnation must not serve (Ray starts the primary again)."""
+        name = f"{self._actor_name}{STANDBY_SUFFIX}"
+        deadline = time.monotonic() + self._controller_timeout_s
+        while True:
+            try:
+                standby = ray.get_actor(name, namespace=self._namespace)
+                handed: bytes | None = ray_get(standby.release.remote(), max(0.1, deadline - time.monotonic()))
+                return handed
+            except (RayActorError, ValueError):  # restarting, gone, or not found by name: ask Ray by id
+                state = actor_state(standby_id)
+                if state.state in ("DEAD", "GONE") or state.restarts != granted_restarts:
+                    return None
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
+    @unserialized
+    def take_over(self, wait_s: float = 5.0) -> DirectAddress | None:
+        """A gateway lost the primary: serve the shard from this standby once the controller grants it (Ray says
+        the primary incarnation that claimed last is gone), asking every ``GRANT_POLL_S`` for up to ``wait_s``.
+        The direct channel's address once serving (after loading the primary's last usage checkpoint), None if
+        the primary lives (the gateway goes back to it). On a primary: its address (it always serves).
+
+        Not under the serving lock while it waits (``unserialized``): Ray runs one call at a time on the actor,
+        so the primary's ``release`` still comes after it, never between the grant and the start of serving."""
+        if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not 0 <= wait_s <= 60:
+            raise ValueError(f"wait_s must be 0..60 s, got {wait_s!r}")
+        if not self.standby or self.serving:
+            return self._direct.address
+        if time.monotonic() < self._refused_until:
+            # the primary outlived a whole wait just now (a gateway's connection broke, not the primary): the other
+            # gateways asking meanwhile go back to it at once instead of waiting in this actor's queue one by one
+            return None
+        primary = self._primary_name()
+        if primary is None:
+            return None
+        if self._primary_id is None:
+            self._primary_id = self._find_primary_id()
+            if self._primary_id is None:  # no primary by that name (being removed): nothing to take over
+                return None
+        own_id = ray.get_runtime_context().get_actor_id()
+        deadline = time.monotonic() + wait_s
+        while (epoch := self._call("grant_standby", primary, self._namespace, self._primary_id, own_id)) is None:
+            if time.monotonic() >= deadline:
+                self._refused_until = time.monotonic() + wait_s
+                return None
+            time.sleep(GRANT_POLL_S)
+        with self.serving_lock:
+            if not self.serving:
+                now = wall_clock_ms()
+                self._restore_usage(None, now)
+                self.took_over_ms = now
+                self.takeovers += 1
+                self.epoch = epoch
+                self._start_checkpointer()
+                self.serving = True
+                logger.warning(
+                    "standby of shard %s took over (epoch %d; usage checkpoint %s ms old)",
+                    self.shard_id,
+                    epoch,
+                    self.restored_usage_age_ms,
+                )
+        return self._direct.address
+
+    def release(self) -> bytes | None:
+        """The restarted primary takes the shard back (``_claim``): stop serving (later batches are refused with
+        ``NotServingError``, nothing served), write a last checkpoint, hand over the usage windows (as
+        ``UsageSnapshot`` bytes) and forget them, so a later takeover starts from the checkpoint alone. None when
+        this member is not serving."""
+        if not self.standby or not self.serving:
+            return None
+        self.serving = False
+        if self._checkpointer is not None:
+            self._checkpointer.stop(final=True)
+            self._checkpointer = None
+        snapshot = export_usage(self.quotas)
+        forget_usage(self.quotas, snapshot)
+        self.releases += 1
+        logger.warning("standby of shard %s released it to the restarted primary", self.shard_id)
+        return snapshot.to_bytes()
+
+    def _check_serving(self) -> None:
+        if not self.serving:
+            raise NotServingError(f"shard {self.shard_id}: this standby does not own the shard; ask its primary")
 
     def _subscribe(self) -> None:
         context = ray.get_runtime_context()
@@ -273,7 +448,10 @@ class ShardActor:
         restarts the actor, ``reconstructed`` is true in a restarted one (its usage windows started over)."""
         return {
             "applied_offset": self.image.end_offset,
-            "incarnation": (os.getpid(), self._started_ms),
+            # a standby's incarnation starts again at each takeover: the usage it decides begins there
+            "incarnation": (os.getpid(), self.took_over_ms or self._started_ms),
+            "standby": self.standby,
+            "serving": self.serving,
             "reconstructed": self._reconstructed,
             "throttle_archive_dropped": 0 if self.throttles is None else self._throttles_dropped(),
             "restored_usage_age_ms": self.restored_usage_age_ms,
@@ -294,6 +472,7 @@ class ShardActor:
         if parsed not in _CLIENT_QUOTA_TYPES:
             raise ValueError(f"record_batch takes PRODUCE or FETCH usage, not {parsed.name}")
         _check_batch(items)
+        self._check_serving()
         return self._record(parsed, items, now_ms)
 
     def _record(self, quota_type: QuotaType, items: Sequence[UsageItem], now_ms: int) -> list[int]:
@@ -326,6 +505,7 @@ class ShardActor:
     def record_producer_ids(self, items: Sequence[ProducerIdItem], now_ms: int) -> list[int]:
         """KIP-936: ``(user, producer_id[, now_ms])`` items; the throttle time of each in ms."""
         _check_batch(items)
+        self._check_serving()
         return self._record_producer_ids(items, now_ms)
 
     # --- the gateway's path: one entry point, fenced by config offset ------------------------------------
@@ -350,6 +530,7 @@ class ShardActor:
 
         Every item is validated before any is served: a bad one raises ValueError and changes nothing.
         """
+        self._check_serving()
         handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
             raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(self._handlers)}")
@@ -585,6 +766,12 @@ class ShardActor:
             "throttle_archive": None if self.throttles is None else self.throttles.stats(),
             "telemetry": self.telemetry.stats(),
             "reshard": self.reshard.info(),
+            "start_phases_ms": self.start_phases_ms,
+            "standby": self.standby,
+            "serving": self.serving,
+            "takeovers": self.takeovers,
+            "releases": self.releases,
+            "took_over_ms": self.took_over_ms,
             "usage_checkpoint": {
                 "restored_age_ms": self.restored_usage_age_ms,
                 "restored_sensors": self.restored_sensors,
@@ -684,6 +871,8 @@ def start_shard(
     detached: bool = False,
     resources: Mapping[str, float] | None = None,
     spread: bool = False,
+    standby: bool = False,
+    scheduling_strategy: Any = None,
 ) -> Any:
     """A ShardActor named ``name`` (default ``quotaplane-shard-<shard_id>``; the running one if it
     exists), restarted by Ray after a crash (``max_restarts=-1``). Its name is what lets a restarted
@@ -695,15 +884,23 @@ def start_shard(
     ``resources`` (Ray custom resources, e.g. ``{"quotaplane_shard": 1}``) limits it, and its restarts, to
     raylets that offer them; ``spread=True`` spreads shards over those nodes (``scheduling_strategy=
     "SPREAD"``). A bad name or amount is a ValueError. Ignored for a shard that runs already.
-    ``checkpoint_interval_s``: how often the usage windows go to ``data_dir`` (None or 0: never)."""
+    ``checkpoint_interval_s``: how often the usage windows go to ``data_dir`` (None or 0: never).
+
+    ``standby=True`` starts the shard's warm standby instead (``_standby``): named ``<the primary's name>-standby``,
+    the same ``data_dir`` (it takes over from the primary's usage checkpoint). ``scheduling_strategy`` (e.g. a
+    ``PlacementGroupSchedulingStrategy`` keeping primary and standby on two nodes) replaces ``spread``."""
     checked = check_resources(resources, "shard resources")
     options: dict[str, Any] = {}
     if checked is not None:
         options["resources"] = checked
-    if spread:
+    if scheduling_strategy is not None:
+        options["scheduling_strategy"] = scheduling_strategy
+    elif spread:
         options["scheduling_strategy"] = "SPREAD"
+    if name is None:
+        name = f"quotaplane-shard-{shard_id}{STANDBY_SUFFIX if standby else ''}"
     return _REMOTE_SHARD.options(
-        name=name if name is not None else f"quotaplane-shard-{shard_id}",
+        name=name,
         namespace=namespace,
         get_if_exists=True,
         lifetime="detached" if detached else None,
@@ -720,6 +917,7 @@ def start_shard(
         catch_up_events=catch_up_events,
         data_dir=data_dir,
         checkpoint_interval_s=checkpoint_interval_s,
+        standby=standby,
     )
 
 

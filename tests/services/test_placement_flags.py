@@ -36,6 +36,10 @@ def test_up_parses_the_placement_flags() -> None:
     assert parse_resource_flags("--controller-resource", args.controller_resource) == {"quotaplane_controller": 2.0}
     defaults = _parser().parse_args(["up"])
     assert (defaults.spread_shards, defaults.shard_resource, defaults.controller_resource) == (False, None, None)
+    assert defaults.shard_standby == "auto"  # standbys where two raylets offer the shard resources
+    assert _parser().parse_args(["up", "--shard-standby", "off"]).shard_standby == "off"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["up", "--shard-standby", "maybe"])
     assert parse_resource_flags("--shard-resource", defaults.shard_resource) is None
 
 

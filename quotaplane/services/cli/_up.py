@@ -99,6 +99,13 @@ def add_up_command(commands: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--spread-shards", action="store_true", help="spread the shards over the Ray nodes (Ray's SPREAD strategy)"
     )
+    up.add_argument(
+        "--shard-standby",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="a warm standby per shard, on another node, serving its keys while Ray restarts it after a node loss "
+        "(auto, the default: where two raylets offer the shard resources)",
+    )
     up.add_argument("--tls-cert", metavar="PEM", help="server certificate chain: TLS on the gRPC listeners")
     up.add_argument("--tls-key", metavar="PEM", help="the server certificate's private key (unencrypted)")
     up.add_argument(
@@ -398,6 +405,7 @@ def run_up(args: argparse.Namespace) -> int:
             shard_resources=shard_resources,
             controller_resources=controller_resources,
             spread_shards=args.spread_shards,
+            shard_standby={"auto": None, "on": True, "off": False}[args.shard_standby],
         )
     except LaunchError as e:
         print(f"Error: {e}", file=sys.stderr)

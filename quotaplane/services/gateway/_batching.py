@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from quotaplane.actors import ray_get
+from quotaplane.actors import ray_get, standby_of
 
 from ._checks import InvalidArgument, Unavailable, wall_clock_ms
 from ._lost_usage import LostUsage, Restart
@@ -126,7 +126,11 @@ class ShardWorker(threading.Thread):
         self.shard_id = shard_id
         self.handle = handle
         self.channel = ShardChannel(
-            shard_id, handle, timeout_s=gateway.config.shard_timeout_s, direct=gateway.config.direct_shard_calls
+            shard_id,
+            handle,
+            timeout_s=gateway.config.shard_timeout_s,
+            direct=gateway.config.direct_shard_calls,
+            standby_lookup=standby_of,  # the shard's warm standby, asked to take over when the primary fails
         )
         self.queue: collections.deque[Unit] = collections.deque()
         self.cond = threading.Condition()
@@ -201,7 +205,6 @@ class ShardWorker(threading.Thread):
                 self.gateway.barrier.done(units)
 
     def _send(self, units: list[Unit]) -> None:
-        gateway = self.gateway
         offset = units[0].offset
         kind = units[0].pending.kind
         items: list[Any] = []
@@ -210,9 +213,22 @@ class ShardWorker(threading.Thread):
             items.extend(source[i] for i in unit.indices)
         sent_ms = wall_clock_ms()
         answer = self.channel.call(kind, offset, items)
-        if self.channel.connects != self._connects_seen:  # a new connection: perhaps a new incarnation
-            self._connects_seen = self.channel.connects
-            self._check_incarnation()
+        received_ms = wall_clock_ms()
+        recorded = None
+        try:
+            recorded = self._deliver_answer(units, kind, items, offset, answer)
+        finally:
+            # after the answers went out (a takeover's first answers do not wait for this actor call), and before
+            # this batch counts as sent: the new incarnation recorded it, whenever it was sent
+            if self.channel.connects != self._connects_seen:  # a new connection: perhaps a new incarnation
+                self._connects_seen = self.channel.connects
+                self._check_incarnation()
+            if recorded is not None:  # usage recorded between the send and the answer
+                self.usage_sent.sent(sent_ms, received_ms, recorded)
+
+    def _deliver_answer(self, units: list[Unit], kind: str, items: list[Any], offset: int, answer: Any) -> float | None:
+        """Fill the units' answers (or route them again); the usage bytes the shard recorded, if any."""
+        gateway = self.gateway
         shard_offset, throttles = answer[0], answer[1]
         self.batches += 1
         if throttles is None:
@@ -220,22 +236,22 @@ class ShardWorker(threading.Thread):
                 raise Unavailable(f"shard {self.shard_id} is behind the config ({shard_offset} < {offset})")
             # it is ahead of the offset these items were routed at, and hands over what it applied since
             gateway.reroute(units, shard_offset, answer[2] if len(answer) > 2 else ())
-            return
+            return None
         self.items += len(items)
-        if kind == "usage":  # recorded between the send and the answer: one C pass for the bytes
-            self.usage_sent.sent(sent_ms, wall_clock_ms(), sum(map(_VALUE, items)))
         start = 0
         for unit in units:
             end = start + len(unit.indices)
             if unit.pending.fill(unit.indices, throttles[start:end], shard_offset):
                 gateway.finish(unit.pending)
             start = end
+        return float(sum(map(_VALUE, items))) if kind == "usage" else None  # one C pass for the bytes
 
     def _check_incarnation(self) -> None:
         """After a (re)connect: if the shard is a new incarnation (Ray restarted it), count the usage bytes
         this worker sent that it lost, those after the checkpoint it restored (``_lost_usage``)."""
         try:
-            progress = ray_get(self.handle.progress.remote(), self.gateway.config.shard_timeout_s)
+            # the member now serving: the primary, or its standby during a takeover (an incarnation of its own)
+            progress = ray_get(self.channel.member.progress.remote(), self.gateway.config.shard_timeout_s)
         except Exception as e:  # the count is best effort; serving is not
             log.debug("shard %s: no progress after a reconnect: %s", self.shard_id, e)
             return

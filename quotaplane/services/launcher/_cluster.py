@@ -58,6 +58,8 @@ class Cluster:
     ray_temp_dir_is_fallback: bool
     controller: Any = None
     shards: dict[str, Any] = field(default_factory=dict)
+    #: each shard's warm standby (``quotaplane.actors._standby``), by shard id: empty without standbys
+    standbys: dict[str, Any] = field(default_factory=dict)
     #: the shards as a resizable set (AlterShardCount); None until the controller runs
     fleet: Any = None
     server: Any = None
@@ -172,7 +174,7 @@ class Cluster:
             # shards first: they hold no durable state; the controller's writes were fsynced when answered.
             # On a joined Ray cluster the actors are detached and shared (other gateways use them): leave them.
             if self.ray_address is None:
-                for handle in [*self.shards.values(), self.controller]:
+                for handle in [*self.shards.values(), *self.standbys.values(), self.controller]:
                     if handle is not None:
                         with contextlib.suppress(Exception):
                             ray.kill(handle, no_restart=True)

@@ -78,6 +78,7 @@ def launch(
     frontend_client: ClientSecurity | None = None,
     frontend_server_name: str | None = None,
     ray_dashboard_port: int | None = None,
+    shard_standby: bool | None = None,
 ) -> Cluster:
     """Start everything and return once it answers; :class:`LaunchError` (one line) if it cannot.
 
@@ -114,6 +115,13 @@ def launch(
     offers the named resources itself (10,000 of each); a joined cluster must offer them already (else a
     LaunchError saying which raylets need ``ray start --resources=...``). They apply to actors this call
     creates: a joined cluster's running controller and shards are used where they are.
+
+    ``shard_standby`` gives every shard a warm standby (``quotaplane.actors._standby``), on another node than its
+    primary when at least two raylets offer ``shard_resources``: when a shard's node or process dies, the standby
+    serves its keys from the last usage checkpoint as soon as Ray declares the primary gone, until Ray's restart
+    of the primary takes them back (issue 19: served again within 2 s of a node loss). It costs one more shard
+    process per shard, following the log. None (the default): standbys where the pair can be placed on two nodes
+    (a multi-node cluster, the Helm deployment), none on one node (a private ``up``); True or False forces it.
     """
     from quotaplane.config import MAX_SHARDS
 
@@ -201,6 +209,7 @@ def launch(
             shard_resources=shard_resources,
             controller_resources=controller_resources,
             spread_shards=bool(spread_shards),
+            shard_standby=shard_standby,
         )
     except BaseException:
         cluster.close(grace_s=0)
@@ -218,6 +227,7 @@ def _start(
     shard_resources: dict[str, float] | None = None,
     controller_resources: dict[str, float] | None = None,
     spread_shards: bool = False,
+    shard_standby: bool | None = None,
 ) -> None:
     deadline = time.monotonic() + ready_timeout_s
 
@@ -256,7 +266,9 @@ def _start(
     # the controller's id is the cluster's: a joining up's data dir takes it, or names another and is refused
     cluster.cluster_id = adopt_cluster_id(cluster.data_dir, controller_info["cluster_id"])
     cluster.fleet = ShardFleet(
-        cluster, shard_options={"detached": joined, "resources": shard_resources, "spread": spread_shards}
+        cluster,
+        shard_options={"detached": joined, "resources": shard_resources, "spread": spread_shards},
+        standby=shard_standby,
     )
     # the shards the log says run (a new cluster: --shards, else the default); --shards then reshards to its count
     logged, _ = cluster.fleet.count_in_log()
@@ -264,7 +276,7 @@ def _start(
     shards = logged if logged is not None else (desired or DEFAULT_SHARDS)
     for i in range(shards):  # all created first, then awaited together
         cluster.shards[str(i)] = cluster.fleet.create(str(i))
-    for name, shard in cluster.shards.items():
+    for name, shard in [*cluster.shards.items(), *((f"{i} (standby)", s) for i, s in cluster.standbys.items())]:
         try:
             ray.get(shard.info.remote(), timeout=remaining())
         except Exception as e:

@@ -55,9 +55,16 @@ class ShardFleet:
         shard_options: dict[str, Any] | None = None,
         ready_timeout_s: float = 60.0,
         retire_grace_s: float = 2.0,
+        standby: bool | None = None,
     ) -> None:
         self.cluster = cluster
         self.shard_options = dict(shard_options or {})
+        #: every shard gets a warm standby (``quotaplane.actors._standby``): a node loss is served again once Ray
+        #: declares the node dead, not once a new shard process has started and imported everything. None (auto):
+        #: only where the pair can be placed on two nodes (:func:`pair_placement`); on one node a standby would
+        #: only cover a crash of the primary's process, which Ray restarts there in about a second, at the cost of
+        #: a second shard process per shard
+        self.standby = standby
         self.ready_timeout_s = ready_timeout_s
         self.retire_grace_s = retire_grace_s
         self._lock = threading.Lock()
@@ -86,16 +93,34 @@ class ShardFleet:
 
     def create(self, shard_id: str) -> Any:
         """Shard ``shard_id``'s actor as ``up`` creates its shards (the running one if it exists), not awaited:
-        its data under ``DATA_DIR/shards/<id>``, the launch's placement options, the controller by name."""
+        its data under ``DATA_DIR/shards/<id>``, the launch's placement options, the controller by name. With
+        ``standby``, its warm standby too (``Cluster.standbys``), on another node when the placement allows
+        (:func:`pair_placement`)."""
         from quotaplane.actors import DEFAULT_CONTROLLER_NAME, NamedActor, start_shard
 
-        return start_shard(
-            int(shard_id),
-            NamedActor(DEFAULT_CONTROLLER_NAME, NAMESPACE),  # not the handle: see quotaplane.actors._named
-            namespace=NAMESPACE,
-            data_dir=str(self.cluster.data_dir.absolute() / "shards" / shard_id),
-            **self.shard_options,
-        )
+        options = dict(self.shard_options)
+        strategies: tuple[Any, Any] = (None, None)
+        if self.standby is not False:
+            strategies = pair_placement(shard_id, options.get("resources"), detached=bool(options.get("detached")))
+            if int(shard_id) % 2:  # Ray fills every group's bundle 0 on the same node: alternate, so primaries spread
+                strategies = (strategies[1], strategies[0])
+        with_standby = self.standby is True or (self.standby is None and strategies[0] is not None)
+
+        def start(standby: bool, strategy: Any) -> Any:
+            return start_shard(
+                int(shard_id),
+                NamedActor(DEFAULT_CONTROLLER_NAME, NAMESPACE),  # not the handle: see quotaplane.actors._named
+                namespace=NAMESPACE,
+                data_dir=str(self.cluster.data_dir.absolute() / "shards" / shard_id),
+                standby=standby,
+                scheduling_strategy=strategy,
+                **options,
+            )
+
+        primary = start(False, strategies[0])
+        if with_standby:
+            self.cluster.standbys[shard_id] = start(True, strategies[1])
+        return primary
 
     def start(self, shard_id: str) -> Any:
         """:meth:`create`, once the shard answers."""
@@ -103,6 +128,9 @@ class ShardFleet:
 
         handle = self.create(shard_id)
         ray.get(handle.info.remote(), timeout=self.ready_timeout_s)
+        standby = self.cluster.standbys.get(shard_id)
+        if standby is not None:
+            ray.get(standby.info.remote(), timeout=self.ready_timeout_s)
         return handle
 
     def alter(self, count: int, *, principal: str, request_id: str = "") -> ReshardOutcome:
@@ -180,7 +208,7 @@ class ShardFleet:
         """Unsubscribe, stop and forget a shard no count includes, and delete its usage checkpoint."""
         import ray
 
-        from quotaplane.actors import CHECKPOINT_FILE
+        from quotaplane.actors import CHECKPOINT_FILE, STANDBY_SUFFIX
 
         handle = self.cluster.shards.pop(shard_id, None)
         if handle is None:
@@ -191,6 +219,18 @@ class ShardFleet:
         with contextlib.suppress(Exception):  # its archives drained
             ray.get(handle.close.remote(), timeout=10)
         ray.kill(handle, no_restart=True)
+        standby = self.cluster.standbys.pop(shard_id, None)
+        if standby is not None:
+            name = f"quotaplane-shard-{shard_id}{STANDBY_SUFFIX}"
+            with contextlib.suppress(Exception):
+                self._call("unsubscribe", standby, name=name, namespace=NAMESPACE)
+            with contextlib.suppress(Exception):
+                ray.get(standby.close.remote(), timeout=10)
+            ray.kill(standby, no_restart=True)
+        with contextlib.suppress(Exception):
+            self._call("forget_shard", f"quotaplane-shard-{shard_id}", NAMESPACE)
+        with contextlib.suppress(ValueError):  # the pair's placement group, if it had one
+            ray.util.remove_placement_group(ray.util.get_placement_group(_pair_group_name(shard_id)))
         checkpoint = Path(self.cluster.data_dir) / "shards" / shard_id / CHECKPOINT_FILE
         checkpoint.unlink(missing_ok=True)
 
@@ -215,6 +255,50 @@ class ShardFleet:
                 for (shard_id, _), p, node in zip(shards, progress, nodes, strict=True)
             ],
         )
+
+
+def _pair_group_name(shard_id: str) -> str:
+    return f"quotaplane-shard-{shard_id}"
+
+
+def pair_placement(shard_id: str, resources: dict[str, float] | None, *, detached: bool) -> tuple[Any, Any]:
+    """Scheduling strategies ``(primary's, standby's)`` keeping a shard's primary and warm standby on two nodes:
+    bundles 0 and 1 of one ``STRICT_SPREAD`` placement group of two ``resources`` bundles (named after the shard,
+    found again if it exists). Ray re-places the bundle of a dead node on a node that does not hold the other, so
+    the pair stays apart across node losses, and restarts the member in it. Measured against ``SPREAD`` (soft): Ray
+    re-places a dead node's bundle at once, on the surviving node if the replacement has not joined yet, and the
+    pair then stays together, so the next node loss takes both (recovery 4-5 s instead of 0.5 s). The cost of
+    strict: while fewer than two live nodes offer the resources, the member of a dead node is not restarted (the
+    other one serves meanwhile; if both nodes are lost the shard waits for a node to join). ``(None, None)`` (the
+    launch's usual placement, both on one node possibly) without shard resources or when fewer than two live nodes
+    offer them at creation: the standby then still covers a crash of the primary's process."""
+    import ray
+    from ray.util.placement_group import get_placement_group, placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    if not resources:
+        return None, None
+    name = _pair_group_name(shard_id)
+    try:
+        group = get_placement_group(name)
+    except ValueError:
+        offering = [
+            node
+            for node in ray.nodes()
+            if node.get("Alive") and all(node.get("Resources", {}).get(k, 0.0) >= v for k, v in resources.items())
+        ]
+        if len(offering) < 2:
+            return None, None
+        group = placement_group(
+            [dict(resources), dict(resources)],
+            strategy="STRICT_SPREAD",
+            name=name,
+            lifetime="detached" if detached else None,
+        )
+    return (
+        PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0),
+        PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=1),
+    )
 
 
 def _elapsed_ms(started: float) -> int:
