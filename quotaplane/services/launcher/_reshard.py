@@ -65,6 +65,8 @@ class ShardFleet:
         #: only cover a crash of the primary's process, which Ray restarts there in about a second, at the cost of
         #: a second shard process per shard
         self.standby = standby
+        #: primaries placed per node id (pairs only), so the next pair's primary goes to the emptier node
+        self._primaries_on: dict[str, int] = {}
         self.ready_timeout_s = ready_timeout_s
         self.retire_grace_s = retire_grace_s
         self._lock = threading.Lock()
@@ -101,9 +103,10 @@ class ShardFleet:
         options = dict(self.shard_options)
         strategies: tuple[Any, Any] = (None, None)
         if self.standby is not False:
+            new_pair = not _pair_exists(shard_id)  # an existing pair (a joining up) keeps its members where they are
             strategies = pair_placement(shard_id, options.get("resources"), detached=bool(options.get("detached")))
-            if int(shard_id) % 2:  # Ray fills every group's bundle 0 on the same node: alternate, so primaries spread
-                strategies = (strategies[1], strategies[0])
+            if strategies[0] is not None and new_pair:
+                strategies = self._primary_first(strategies)
         with_standby = self.standby is True or (self.standby is None and strategies[0] is not None)
 
         def start(standby: bool, strategy: Any) -> Any:
@@ -121,6 +124,24 @@ class ShardFleet:
         if with_standby:
             self.cluster.standbys[shard_id] = start(True, strategies[1])
         return primary
+
+    def _primary_first(self, strategies: tuple[Any, Any]) -> tuple[Any, Any]:
+        """The pair's bundles ordered (primary's, standby's) so that primaries spread over the nodes: the primary
+        takes the bundle on the node holding fewer of this fleet's primaries. (Ray places every group's bundle 0
+        on the same node when it can, so a fixed choice would put all primaries, which do the work, on one node and
+        all the idle standbys on the other.)"""
+        import ray
+        from ray.util import placement_group_table
+
+        group = strategies[0].placement_group
+        try:
+            ray.get(group.ready(), timeout=min(self.ready_timeout_s, 10.0))
+            nodes = placement_group_table(group)["bundles_to_node_id"]
+        except Exception:  # not placed yet (or a Ray without the table): Ray's choice stands
+            return strategies
+        first = 0 if self._primaries_on.get(nodes[0], 0) <= self._primaries_on.get(nodes[1], 0) else 1
+        self._primaries_on[nodes[first]] = self._primaries_on.get(nodes[first], 0) + 1
+        return (strategies[first], strategies[1 - first])
 
     def start(self, shard_id: str) -> Any:
         """:meth:`create`, once the shard answers."""
@@ -259,6 +280,16 @@ class ShardFleet:
 
 def _pair_group_name(shard_id: str) -> str:
     return f"quotaplane-shard-{shard_id}"
+
+
+def _pair_exists(shard_id: str) -> bool:
+    from ray.util.placement_group import get_placement_group
+
+    try:
+        get_placement_group(_pair_group_name(shard_id))
+    except ValueError:
+        return False
+    return True
 
 
 def pair_placement(shard_id: str, resources: dict[str, float] | None, *, detached: bool) -> tuple[Any, Any]:
