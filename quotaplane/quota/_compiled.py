@@ -8,6 +8,7 @@ two, or to rule the compiled one out while debugging).
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -18,10 +19,10 @@ def _load() -> ModuleType | None:
     if os.environ.get("QUOTAPLANE_PURE_CORE", "").strip() not in ("", "0"):
         return None
     try:
-        from . import _record_compiled
+        # by name: the extension module has no source for the package's import-graph check to read
+        return importlib.import_module(f"{__package__}._record_compiled")
     except ImportError:
         return None
-    return _record_compiled
 
 
 #: The compiled module (``plain_width``, ``record_plain_batch``), or None on the pure path.
