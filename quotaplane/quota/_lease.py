@@ -178,7 +178,7 @@ class LeaseHolder:
         self._local: dict[str, float] = {}  # key -> value decided here (under a lease) since the last renewal
         self._bounds: dict[str, float | None] = {}  # key -> the quota the replica resolved, for the report
 
-    def _name(self, key: str, now_ms: int) -> str:
+    def _name(self, key: str) -> str:
         name = self._names.get(key)
         if name is None:
             name = self._names[key] = f"lease-{len(self._names)}"
@@ -204,7 +204,7 @@ class LeaseHolder:
         at: list[int] = []
         for key, value in items:
             self._bounds[key] = bounds.get(key)
-            name = self._name(key, now_ms)
+            name = self._name(key)
             if self.lease(key, now_ms) is None:
                 out.append(None)
                 continue
@@ -222,7 +222,7 @@ class LeaseHolder:
         """An item of ``key`` decided by the shard: it counts in this gateway's window all the same."""
         _check_value(value)
         self._bounds[key] = bound
-        name = self._name(key, now_ms)
+        name = self._name(key)
         self._active.add(key)
         self.manager.record_no_throttle("", name, value, now_ms)
 
