@@ -81,6 +81,7 @@ from quotaplane.quota import (
 from ._connection_host import ConnectionHost
 from ._direct import DirectAddress, DirectChannelServer, serialized
 from ._follower import Bindings, ConfigFollower, ray_get
+from ._lease_host import LeaseHost
 from ._metric_rows import MetricRow, metric_rows
 from ._named import resolve_actor
 from ._replication_host import ReplicationHost
@@ -103,8 +104,10 @@ T = TypeVar("T")
 
 #: What ``serve_at`` serves. The first four resolve Kafka metric tags (the sensor an item shares depends
 #: on every configured quota entity), so gateway and shard must read the same image: they are fenced.
-SERVE_KINDS = ("usage", "unrecord", "request", "mutation", "producer_ids", "replication", "telemetry", "connection")
-FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation"})
+SERVE_KINDS = (
+    "usage", "unrecord", "request", "mutation", "lease", "producer_ids", "replication", "telemetry", "connection"
+)  # fmt: skip
+FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation", "lease"})
 #: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
 #: on the first call past each interval of its callers' clock.
 HOUSEKEEPING_INTERVAL_MS = 30_000
@@ -240,6 +243,8 @@ class ShardActor(StandbyMember):
         # per-node state (Kafka's per-broker limits), each node bound to the log on its first item
         self.replication = ReplicationHost(lambda: self.image)
         self.connections = ConnectionHost(lambda: self.image)
+        #: leased budgets: the shares of the keys this shard owns that gateways decide with (``_lease_host``)
+        self.leases = LeaseHost(lambda: self.quotas, lambda: self.image)
         #: the keys this shard owns at its offset; a reshard's hand-over of moved state (``_reshard``)
         # a standby that does not serve must not pull a reshard's moved state: the hand-over takes it from the giver
         self.reshard = ReshardHost(
@@ -251,6 +256,7 @@ class ShardActor(StandbyMember):
             "unrecord": self._serve_unrecord,
             "request": self._serve_request,
             "mutation": self._serve_mutation,
+            "lease": self.leases.serve,
             "producer_ids": self._serve_producer_ids,
             "replication": self.replication.serve,
             "telemetry": self.telemetry.serve,
@@ -570,6 +576,7 @@ class ShardActor(StandbyMember):
             "expired_sensors": expired,
             "expired_client_instances": self.telemetry.expire(now_ms),
             "abandoned_connection_attempts": self.connections.housekeeping(now_ms),
+            "expired_lease_keys": self.leases.expire(now_ms),
         }
 
     def hand_over(self, end_offset: int, receiver: str, shard_count: int) -> HandOver:
@@ -644,6 +651,7 @@ class ShardActor(StandbyMember):
             "replication_nodes": self.replication.nodes,
             "throttle_archive": None if self.throttles is None else self.throttles.stats(),
             "telemetry": self.telemetry.stats(),
+            "leases": self.leases.stats(),
             "reshard": self.reshard.info(),
             "start_phases_ms": self.start_phases_ms,
             "standby": self.standby,

@@ -70,6 +70,7 @@ from ._image import (
     OffsetGapError,
     Provenance,
 )
+from ._lease_configs import LeaseSettings, lease_settings
 from ._log import DEFAULT_SEGMENT_BYTES, EventLog
 from ._log_errors import (
     CorruptLogError,
@@ -148,6 +149,7 @@ __all__ = [
     "EventLogLockedError",
     "HistoryCompactedError",
     "HistoryEntry",
+    "LeaseSettings",
     "LogGapError",
     "ManagerBinding",
     "MatchType",
@@ -177,6 +179,7 @@ __all__ = [
     "events_of",
     "forward_config_admin",
     "is_valid_ip_entity",
+    "lease_settings",
     "plan_alter_client_quotas",
     "plan_alter_shard_count",
     "plan_incremental_alter_configs",

@@ -39,6 +39,8 @@ from ._client_quotas import (
     to_client_quota_entity,
 )
 from ._dynamic_configs import (
+    LEASE_MS_CONFIG,
+    LEASE_QUOTA_TYPES_CONFIG,
     LISTENER_CONFIG_PREFIX,
     SHARD_COUNT_CONFIG,
     ConfigResourceType,
@@ -242,7 +244,9 @@ class ManagerBinding:
                 assert spec is not None and spec.default is not None
                 enabled = _typed(name, value if value is not None else spec.default)
                 self.quotas.set_quota_value_metric_enabled(enabled is True)
-        elif name != SHARD_COUNT_CONFIG:  # the shard count is placement, acted on by the shard host
+        elif name not in (SHARD_COUNT_CONFIG, LEASE_QUOTA_TYPES_CONFIG, LEASE_MS_CONFIG):
+            # the shard count is placement, acted on by the shard host; the lease settings are read from the
+            # image where they are used (``lease_settings``): neither waits for a restart
             self.restart_required.add(name)
 
     def _topic_config(self, change: ConfigChange) -> None:

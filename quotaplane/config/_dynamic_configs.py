@@ -42,6 +42,9 @@ from ._client_quotas import _quoted, validate_string
 
 __all__ = [
     "BROKER_CONFIGS",
+    "LEASABLE_QUOTA_TYPES",
+    "LEASE_MS_CONFIG",
+    "LEASE_QUOTA_TYPES_CONFIG",
     "LISTENER_CONFIG_PREFIX",
     "MAX_SHARDS",
     "SHARD_COUNT_CONFIG",
@@ -51,6 +54,7 @@ __all__ = [
     "ConfigType",
     "broker_config_spec",
     "parse_config_value",
+    "parse_lease_quota_types",
     "validate_broker_name",
     "validate_config_strings",
     "validate_config_value",
@@ -126,6 +130,23 @@ SHARD_COUNT_CONFIG: Final = "quotaplane.shard.count"
 MAX_SHARDS: Final = 1024
 
 
+#: quotaplane's own cluster-wide keys of leased budgets (``quotaplane.config.lease_settings`` reads them).
+LEASE_QUOTA_TYPES_CONFIG: Final = "quotaplane.lease.quota.types"
+LEASE_MS_CONFIG: Final = "quotaplane.lease.ms"
+#: The client quota types a gateway can decide within a lease: byte rates, whose throttle is Kafka's
+#: ``(rate - bound) / bound * window`` of one sensor (the request and mutation quotas stay exact).
+LEASABLE_QUOTA_TYPES: Final = ("PRODUCE", "FETCH")
+
+
+def parse_lease_quota_types(value: str) -> frozenset[str]:
+    """The quota types of ``quotaplane.lease.quota.types`` (comma-separated, case-insensitive, blanks ignored)."""
+    names = [name.strip(_JAVA_TRIM).upper() for name in value.split(",")]
+    unknown = [name for name in names if name and name not in LEASABLE_QUOTA_TYPES]
+    if unknown:
+        raise ValueError(f"{unknown[0]} cannot be leased; expected any of {', '.join(LEASABLE_QUOTA_TYPES)}")
+    return frozenset(name for name in names if name)
+
+
 def _check_shard_count(value: str) -> None:
     if int(value.strip(_JAVA_TRIM)) > MAX_SHARDS:
         raise ValueError(f"Value must be no more than {MAX_SHARDS}")
@@ -178,6 +199,16 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigKeySpec]] = _specs(
         dynamic=False,
         check=lambda value: _check_false_positive_rate(value),
     ),
+    # leased budgets (issue 19; quotaplane's own, cluster-wide): which client quotas the gateways decide
+    # locally within a leased share, and how long a lease lives
+    ConfigKeySpec(
+        LEASE_QUOTA_TYPES_CONFIG,
+        ConfigType.LIST,
+        "",
+        check=lambda value: parse_lease_quota_types(value),
+        doc="client quota types decided by the gateways within leased shares: PRODUCE, FETCH (empty: exact mode)",
+    ),
+    _int(LEASE_MS_CONFIG, 1000, 100, doc="how long a leased share lives (gateways renew every half of it)"),
     ConfigKeySpec(
         SHARD_COUNT_CONFIG,
         ConfigType.INT,

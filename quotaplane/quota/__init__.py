@@ -57,6 +57,7 @@ from ._controller_mutation import (
     ThrottlingQuotaExceededError,
 )
 from ._factory import QuotaConfig, QuotaManagers, build_quota_managers
+from ._lease import DEFAULT_LEASE_MS, Lease, LeaseBook, LeaseHolder, LeaseRequest
 from ._normalise import (
     Address,
     Resolver,
@@ -106,6 +107,7 @@ __all__ = [
     "CONNECTION_STATE_VERSION",
     "CUSTOM_QUOTAS",
     "DEFAULT",
+    "DEFAULT_LEASE_MS",
     "INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS",
     "IP_CONNECTION_RATE_DEFAULT",
     "LISTENER_CONFIGS",
@@ -141,6 +143,10 @@ __all__ = [
     "ControllerMutationQuotaManager",
     "Default",
     "DefaultQuotaCallback",
+    "Lease",
+    "LeaseBook",
+    "LeaseHolder",
+    "LeaseRequest",
     "MutationClient",
     "MutationSnapshot",
     "PermissiveControllerMutationQuota",

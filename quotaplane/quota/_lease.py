@@ -27,6 +27,7 @@ leases over their existing channel.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -139,6 +140,24 @@ class LeaseBook:
         """The live leases of a key."""
         return list(self._live(key, now_ms).values()) if key in self._leases else []
 
+    def expire(self, now_ms: int) -> int:
+        """Forget the keys with no live lease and no renewal within a lease period (housekeeping: a churn of
+        keys must not grow the book); the number forgotten."""
+        idle = [
+            key
+            for key in set(self._leases) | set(self._rates)
+            if not self._live(key, now_ms)
+            and all(now_ms - at >= self.lease_ms for _, at in self._rates.get(key, {}).values())
+        ]
+        for key in idle:
+            self._leases.pop(key, None)
+            self._rates.pop(key, None)
+        return len(idle)
+
+    def keys(self) -> int:
+        """How many keys the book holds (leased, or renewed within a lease period)."""
+        return len(set(self._leases) | set(self._rates))
+
     def release(self, holder: str, keys: Iterable[str] | None = None) -> int:
         """Drop ``holder``'s leases (of ``keys``, or all); the number dropped."""
         dropped = 0
@@ -174,6 +193,7 @@ class LeaseHolder:
         self.clock_skew_ms = clock_skew_ms
         self._leases: dict[str, Lease] = {}
         self._names: dict[str, str] = {}  # key -> the local client id its sensor records under
+        self._serial = itertools.count()
         self._active: set[str] = set()  # keys seen since the last renewal
         self._local: dict[str, float] = {}  # key -> value decided here (under a lease) since the last renewal
         self._bounds: dict[str, float | None] = {}  # key -> the quota the replica resolved, for the report
@@ -181,7 +201,7 @@ class LeaseHolder:
     def _name(self, key: str) -> str:
         name = self._names.get(key)
         if name is None:
-            name = self._names[key] = f"lease-{len(self._names)}"
+            name = self._names[key] = f"lease-{next(self._serial)}"
             self._local[key] = 0.0
         return name
 
@@ -226,18 +246,64 @@ class LeaseHolder:
         self._active.add(key)
         self.manager.record_no_throttle("", name, value, now_ms)
 
+    def unrecord(self, key: str, value: float, now_ms: int) -> None:
+        """Kafka's ``unrecordQuotaSensor`` of an item of ``key`` (a throttled fetch answered empty): taken back
+        from this gateway's window, as the shard takes it back from the entity's. The value stays in what is
+        reported as decided locally: the shard, which took it back already, then counts it net zero."""
+        _check_value(value)
+        name = self._names.get(key)
+        if name is not None:
+            self.manager.unrecord_quota_sensor("", name, value, now_ms)
+
     def renewal(self, now_ms: int) -> list[LeaseRequest]:
-        """What to send the shard now: one request a key seen since the last renewal or holding a lease; the
-        values decided locally are reset, as they are reported."""
+        """What to send the shard now: one request a key seen since the last renewal, or holding a lease while
+        its window still holds traffic; the values decided locally are reset, as they are reported.
+
+        A key this gateway saw nothing of for a whole quota window (its rate is 0) is forgotten: its lease is
+        dropped here (the book counts it until it expires) and its local sensor removed, so an idle key holds
+        no share of the quota and a churn of keys does not grow the gateway."""
         requests = []
-        manager = self.manager
-        for key in [k for k in self._names if k in self._active or k in self._leases]:
-            metric = manager.metrics.metric(manager.quota_metric("", self._names[key]))
-            rate = metric.measurable_value(now_ms) if metric is not None else 0.0
+        for key in list(self._names):
+            rate = self.rate(key, now_ms)
+            if key not in self._active and not rate > 0.0:
+                self._forget(key)
+                continue
             requests.append(LeaseRequest(key, self._bounds.get(key), rate, self._local[key]))
             self._local[key] = 0.0
         self._active.clear()
         return requests
+
+    def rate(self, key: str, now_ms: int) -> float:
+        """This gateway's rate of ``key`` as its Kafka sensor measures it (NaN before a window; 0 untracked)."""
+        name = self._names.get(key)
+        metric = None if name is None else self.manager.metrics.metric(self.manager.quota_metric("", name))
+        return metric.measurable_value(now_ms) if metric is not None else 0.0
+
+    def restore(self, requests: Iterable[LeaseRequest]) -> None:
+        """A renewal that did not reach the shard: its locally decided values are reported at the next one
+        (the shard's sensor must see them all), and its keys stay active."""
+        for request in requests:
+            self._name(request.key)  # a key forgotten meanwhile comes back
+            self._local[request.key] += request.decided_locally
+            self._active.add(request.key)
+
+    def _forget(self, key: str) -> None:
+        name = self._names.pop(key)
+        self._local.pop(key, None)
+        self._bounds.pop(key, None)
+        if self._leases.pop(key, None) is not None:
+            self.manager.update_quota(ClientQuotaEntity(client_id=name), None)
+        quota_type = self.manager.quota_type
+        for sensor in (f"{quota_type}-:{name}", f"{quota_type}ThrottleTime-:{name}", f"{quota_type}QuotaValue-:{name}"):
+            self.manager.metrics.remove_sensor(sensor)
+
+    def leased(self) -> int:
+        """How many keys this holder holds a lease of (live or not yet renewed)."""
+        return len(self._leases)
+
+    def keys(self) -> int:
+        """How many keys this holder tracks (leased or recorded within a quota window)."""
+        return len(self._names)
 
     def apply(self, granted: Mapping[str, Lease | None]) -> None:
         """Take the shard's answer to a renewal: each key's local quota becomes its share, or goes (no lease)."""

@@ -160,3 +160,48 @@ def test_bad_settings_are_refused() -> None:
     holder.observe(KEY, 1.0, 10.0, START_MS)
     with pytest.raises(ValueError):
         holder.apply({KEY: Lease(KEY, "g1", 5.0, 10.0, START_MS + 1000)})  # another holder's lease
+
+
+def test_an_idle_key_is_forgotten_and_its_lease_dropped_at_the_first_renewal_its_window_is_empty() -> None:
+    config = ClientQuotaManagerConfig()  # 11 samples of 1 s
+    holder = LeaseHolder("g0", config)
+    holder.observe(KEY, 100.0, 1000.0, START_MS)
+    book = LeaseBook(lease_ms=1000)
+    holder.apply(book.renew("g0", holder.renewal(START_MS + 500), START_MS + 500))
+    assert holder.leased() == 1 and holder.keys() == 1
+    assert holder.manager.metrics.get_sensor("Produce-:lease-0") is not None
+    # idle, but its window still holds the 100 bytes: renewed (the book keeps its share)
+    [request] = holder.renewal(START_MS + 5_000)
+    assert request.rate > 0.0
+    holder.apply(book.renew("g0", [request], START_MS + 5_000))
+    # the window has rolled past every sample: forgotten, lease, local quota and sensors with it
+    assert holder.renewal(START_MS + 12_000) == []
+    assert holder.leased() == 0 and holder.keys() == 0
+    assert holder.manager.metrics.get_sensor("Produce-:lease-0") is None
+    assert holder.decide([(KEY, 10.0)], {KEY: 1000.0}, START_MS + 12_001) == [None]  # a new name: no lease
+    assert holder.keys() == 1
+
+
+def test_a_failed_renewal_is_reported_again_and_unrecorded_usage_is_taken_back() -> None:
+    holder = LeaseHolder("g0", ClientQuotaManagerConfig())
+    holder.observe(KEY, 0.0, 1000.0, START_MS)
+    holder.apply({KEY: Lease(KEY, "g0", 1000.0, 1000.0, START_MS + 10_000)})
+    assert holder.decide([(KEY, 300.0)], {KEY: 1000.0}, START_MS + 100) == [0]
+    lost = holder.renewal(START_MS + 200)
+    assert [r.decided_locally for r in lost] == [300.0]
+    holder.restore(lost)  # the shard never saw it: it goes with the next renewal
+    holder.unrecord(KEY, 300.0, START_MS + 300)  # Kafka's unrecordQuotaSensor: the window is back to zero
+    [again] = holder.renewal(START_MS + 400)
+    assert again.decided_locally == 300.0  # the shard took it back already (its own unrecord): net zero there
+    assert again.rate == 0.0
+    with pytest.raises(ValueError):
+        holder.unrecord(KEY, math.nan, START_MS + 500)
+
+
+def test_the_book_forgets_keys_without_live_leases_or_recent_renewals() -> None:
+    book = LeaseBook(lease_ms=1000)
+    book.renew("g0", [LeaseRequest(KEY, 1000.0, 10.0)], START_MS)
+    book.renew("g1", [LeaseRequest("other", None, 10.0)], START_MS)  # no quota: no lease, no rate kept
+    assert book.keys() == 2
+    assert book.expire(START_MS + 999) == 1 and book.keys() == 1  # "other" holds nothing
+    assert book.expire(START_MS + 1000) == 1 and book.keys() == 0  # g0's lease expired, no renewal since

@@ -26,7 +26,9 @@ from quotaplane.config import (
     SHARD_COUNT_CONFIG,
     ConfigDelta,
     ConfigImage,
+    LeaseSettings,
     ManagerBinding,
+    lease_settings,
     shard_count,
     shard_count_offset,
     startup_configs,
@@ -69,6 +71,10 @@ class ConfigReplica:
         self._keys: dict[tuple[str, str, str], str] = {}
         self._keys_offset = -1
         self._enabled: tuple[int, dict[str, bool]] | None = None
+        self._lease_settings: tuple[int, LeaseSettings] | None = None
+        #: shard key -> the quota it resolves to, valid at ``_bounds_offset`` only (as ``_keys``)
+        self._bounds: dict[str, float | None] = {}
+        self._bounds_offset = -1
         # no tail: nothing asks a gateway for the events it applied
         self.follower = ConfigFollower(self._call, max_events=max_events, lock=self.lock, tail_events=0)
         self.follower.start()
@@ -178,6 +184,38 @@ class ConfigReplica:
                             key = cache[found] = f"{quota_type}\x00{user_tag}\x00{client_tag}"
                         keys[index] = key
             return offset, keys
+
+    def lease_settings(self) -> LeaseSettings:
+        """The leased-budget settings of the image now (``quotaplane.lease.*``), cached per offset."""
+        with self.lock:
+            offset = self.image.end_offset
+            cached = self._lease_settings
+            if cached is None or cached[0] != offset:
+                cached = self._lease_settings = (offset, lease_settings(self.image))
+            return cached[1]
+
+    def resolve_bounds(self, items: Sequence[tuple[Any, ...]]) -> tuple[int, list[str], list[float | None]]:
+        """``resolve`` and, per item, the quota its metric tags resolve to (None: none applies, or quotas of
+        its type are disabled): what a leased share is cut from. One offset for all of them."""
+        with self.lock:
+            offset, keys = self.resolve(items)
+            if self._bounds_offset != offset or len(self._bounds) > 500_000:
+                self._bounds = {}
+                self._bounds_offset = offset
+            cache = self._bounds
+            bounds: list[float | None] = []
+            for key in keys:
+                if key in cache:
+                    bounds.append(cache[key])
+                    continue
+                quota_type, user_tag, client_tag = key.split("\x00")  # names with NUL never pass the checks
+                manager = self.quotas.client_manager(quota_type)
+                bound = None
+                if manager.quotas_enabled():
+                    tags = {USER_TAG: user_tag, CLIENT_ID_TAG: client_tag}
+                    bound = self._callbacks[quota_type].quota_limit(manager.client_quota_type, tags)
+                bounds.append(cache.setdefault(key, bound))
+            return offset, keys, bounds
 
     def enabled_quota_types(self) -> tuple[int, dict[str, bool]]:
         """The offset and, per quota type, whether any quota of it is configured (Kafka's ``quotasEnabled``;

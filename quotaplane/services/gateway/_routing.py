@@ -45,6 +45,7 @@ from quotaplane.actors import RendezvousPlacement
 
 from ._batching import Pending, Router, ShardWorker, Unit
 from ._checks import Exhausted, GatewayConfig, Unavailable, wall_clock_ms
+from ._leases import GatewayLeases
 from ._lost_usage import Restart
 from ._replica import ConfigReplica
 from ._reshard_barrier import ReshardBarrier
@@ -125,12 +126,15 @@ class Gateway:
             self._follow_shard_count(latest)
         self._poller = threading.Thread(target=self._poll_loop, name="gateway-config-poll", daemon=True)
         self._poller.start()
+        #: leased budgets (``quotaplane.lease.quota.types``): usage of leased types decided here within a share
+        self.leases = GatewayLeases(self)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the poller and the shard workers and wait for them (a call in flight gets ``timeout_s``), so
         nothing of this gateway touches Ray after it returns: Ray may be shut down next."""
         self.stopping = True
         self._stop.set()
+        self.leases.close(timeout_s)
         for worker in [*self.workers.values(), *self.retired.values()]:
             with worker.cond:
                 worker.cond.notify_all()
@@ -338,10 +342,31 @@ class Gateway:
                 raise ValueError(f"{len(items)} items but {len(sizes)} sizes")
             pending.sizes = list(sizes)
         try:
-            self._route(pending)
+            rest = self._decide_leased(pending) if kind in ("usage", "unrecord") else None
+            if rest is None or rest:
+                self._route(pending, rest)
         except Exception as e:
             self.finish(pending, error=e if isinstance(e, Unavailable) else Unavailable(str(e)))
         return pending
+
+    def _decide_leased(self, pending: Pending) -> list[int] | None:
+        """Usage of leased quota types decided here (``_leases``): the indices left for the shards (None: all);
+        a batch decided whole is answered at once. Un-recorded usage goes to the shards and this gateway's
+        windows both."""
+        if pending.kind == "unrecord":
+            self.leases.unrecord(pending.items)
+            return None
+        decided = self.leases.decide(pending.items)
+        if decided is None:
+            return None
+        offset, throttles = decided
+        local = [i for i, throttle in enumerate(throttles) if throttle is not None]
+        if not local:
+            return None
+        rest = [i for i, throttle in enumerate(throttles) if throttle is None]
+        if pending.fill(local, [throttles[i] for i in local], offset):
+            self.finish(pending)
+        return rest
 
     def wait(self, pending: Pending) -> tuple[int, list[Any]]:
         """Wait for a submitted batch: ``(config offset, results in the items' order)``, or its error."""
@@ -411,5 +436,6 @@ class Gateway:
             "reroutes": self.reroutes,
             "fence_handovers": self.fence_handovers,
             "reshard_held_units": self.barrier.held_units,
+            "leases": self.leases.stats(),
             "shards": {s: {"batches": w.batches, "items": w.items} for s, w in self.workers.items()},
         }

@@ -1,0 +1,107 @@
+"""The owning shard's side of leased budgets (issue 19): the :class:`~quotaplane.quota.LeaseBook` of the keys
+it owns, and the gateways' renewals served as the micro-batch kind ``"lease"``.
+
+A renewal item is ``(quota type, user, client_id, holder, rate, decided_locally, now_ms)``: one key of one
+gateway (``holder``), named by a client that records into it, as a usage item names one. The shard resolves the
+metric tags itself, exactly as for usage (the kind is fenced by config offset like usage, so the gateway's key
+and the shard's are the same), and so the key and the quota ``B`` it splits are the shard's own:
+
+- ``decided_locally`` (what the gateway admitted under its lease since its last renewal) is recorded into the
+  entity's sensor first (``record_no_throttle``), so the shard's exact decisions for gateways without a lease,
+  its metrics (KIP-786's quota value beside the measured rate) and the next shares see the whole traffic;
+- the answer is the holder's new lease ``(share, bound, expires_ms)``, or None (no quota applies, the type is
+  not leased at this offset, or no room: the gateway asks the shard for each item until a renewal finds room).
+
+``expires_ms`` is on the gateway's clock (``now_ms`` is the gateway's), which is what the gateway checks; the
+book compares other holders' leases with their own ``now_ms``, so gateways whose clocks disagree by ``d`` ms can
+over-admit for ``d`` ms a lease period (documented in docs/scaling.md, "Leased budgets").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from quotaplane.config import ConfigImage, LeaseSettings, lease_settings
+from quotaplane.quota import LeaseBook, LeaseRequest, QuotaManagers, QuotaType, usage_key
+
+__all__ = ["LeaseHost", "LeaseItem"]
+
+#: ``(quota type, user, client_id, holder, rate, decided_locally, now_ms)``
+LeaseItem = tuple[str, str, str, str, float, float, int]
+_LEASABLE = {"PRODUCE": QuotaType.PRODUCE, "FETCH": QuotaType.FETCH}
+
+
+class LeaseHost:
+    """A shard's lease book, fed by the gateways' renewals (``serve``) and kept small by ``expire``."""
+
+    def __init__(self, quotas: Callable[[], QuotaManagers], image: Callable[[], ConfigImage]) -> None:
+        self._quotas = quotas
+        self._image = image
+        self._settings: tuple[int, LeaseSettings] | None = None
+        self.book = LeaseBook()
+        #: renewals served, and those answered with a lease
+        self.renewals = 0
+        self.granted = 0
+
+    def settings(self) -> LeaseSettings:
+        image = self._image()
+        cached = self._settings
+        if cached is None or cached[0] != image.end_offset:
+            cached = self._settings = (image.end_offset, lease_settings(image))
+        return cached[1]
+
+    @staticmethod
+    def check(items: Sequence[LeaseItem]) -> None:
+        """Every item checked before any is served: a ValueError names the first bad one."""
+        for index, item in enumerate(items):
+            if not (
+                type(item) is tuple
+                and len(item) == 7
+                and item[0] in _LEASABLE
+                and all(isinstance(field, str) for field in item[1:4])
+                and item[3] != ""
+                and type(item[4]) in (int, float)
+                and (math.isnan(item[4]) or 0 <= item[4] < math.inf)
+                and type(item[5]) in (int, float)
+                and 0 <= item[5] < math.inf
+                and type(item[6]) is int
+                and item[6] >= 0
+            ):
+                raise ValueError(
+                    f"item {index}: expected (PRODUCE or FETCH, user, client_id, holder, rate >= 0 or NaN, "
+                    "decided_locally >= 0, now_ms >= 0)"
+                )
+
+    def serve(self, items: Sequence[LeaseItem]) -> list[tuple[float, float, int] | None]:
+        """Each renewal's ``(share, bound, expires_ms)`` or None, in order (see the module docstring)."""
+        self.check(items)
+        settings = self.settings()
+        book = self.book
+        book.lease_ms = settings.lease_ms
+        quotas = self._quotas()
+        answers: list[tuple[float, float, int] | None] = []
+        for type_name, user, client_id, holder, rate, decided_locally, now_ms in items:
+            quota_type = _LEASABLE[type_name]
+            manager = quotas.client_manager(quota_type)
+            if decided_locally > 0:
+                manager.record_no_throttle(user, client_id, float(decided_locally), now_ms)
+            tags = manager.quota_metric(user, client_id).tags
+            key = usage_key(quota_type, tags)
+            bound = None
+            if type_name in settings.quota_types and manager.quotas_enabled():
+                bound = manager.quota_callback.quota_limit(manager.client_quota_type, tags)
+            lease = book.renew(holder, [LeaseRequest(key, bound, float(rate))], now_ms)[key]
+            self.renewals += 1
+            if lease is None:
+                answers.append(None)
+            else:
+                self.granted += 1
+                answers.append((lease.share, lease.bound, lease.expires_ms))
+        return answers
+
+    def expire(self, now_ms: int) -> int:
+        return self.book.expire(now_ms)
+
+    def stats(self) -> dict[str, int]:
+        return {"renewals": self.renewals, "granted": self.granted, "keys": self.book.keys()}

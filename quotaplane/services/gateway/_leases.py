@@ -1,0 +1,214 @@
+"""Leased budgets at the gateway (issue 19's optional mode, ``quotaplane.lease.quota.types``): usage of a leased
+quota type is decided here, within this gateway's share of the entity's quota, with the same Kafka core.
+
+Exact mode asks the owning shard for every decision (a round trip per micro-batch). In leased mode this gateway
+holds, per key (``usage_key``: the sensor's quota type and metric tags), a lease of a share of the entity's
+quota from the shard that owns the key (:class:`~quotaplane.quota.LeaseBook` there, ``actors/_lease_host``):
+
+- :meth:`GatewayLeases.decide` answers the items of keys with a live lease locally (a
+  :class:`~quotaplane.quota.LeaseHolder` per quota type, Kafka's ``ClientQuotaManager`` against the share) and
+  leaves the others to the shard, recording them in this gateway's window all the same (its rate weighs its
+  next share);
+- a renewal thread, every half lease period, sends each key's rate and what it decided locally to the owning
+  shard as the micro-batch kind ``"lease"`` (fenced and routed exactly as usage) and takes the new leases; a
+  renewal that fails keeps its values for the next one, and leases it could not renew expire on their own, so
+  the items of their keys go to the shard again (exact mode) until a renewal works.
+
+The bound that holds whatever fails: the live shares of a key add up to at most its quota (the book's
+invariant; a lease is used only until its ``expires_ms``). What leased mode trades for local decisions is
+accuracy while shares follow demand, measured by ``bench/leases.py`` against exact mode. Local throttles are
+answered to the client but, unlike the shard's, not recorded in the throttle-time metric or the throttle archive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from quotaplane.quota import Lease, LeaseHolder, LeaseRequest, QuotaType
+
+if TYPE_CHECKING:
+    from ._routing import Gateway
+
+__all__ = ["GatewayLeases", "holder_id"]
+
+log = logging.getLogger(__name__)
+
+#: Renewals per lease period: a lease is renewed at half its life, so one lost renewal does not end it.
+_RENEWALS_PER_LEASE = 2
+
+
+def holder_id() -> str:
+    """A name no other gateway has, now or later: the shards' books key shares by it."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class GatewayLeases:
+    """This gateway's leases: local decisions for leased quota types, and the renewal loop."""
+
+    def __init__(self, gateway: Gateway, holder: str | None = None) -> None:
+        self.gateway = gateway
+        self.holder = holder or holder_id()
+        self.lock = threading.Lock()
+        self._holders: dict[str, LeaseHolder] = {}
+        #: (quota type, key) -> a (user, client_id) that records into it: what a renewal names the key by
+        self._clients: dict[tuple[str, str], tuple[str, str]] = {}
+        #: items answered here, items of leased types sent to the shards, renewals sent and failed
+        self.local_decisions = 0
+        self.shard_decisions = 0
+        self.renewals = 0
+        self.renewal_failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, name="gateway-leases", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    # --- decisions ----------------------------------------------------------------------------------------
+    def _holder(self, quota_type: str) -> LeaseHolder:
+        holder = self._holders.get(quota_type)
+        if holder is None:
+            config = self.gateway.replica.quotas.client_manager(quota_type).config
+            holder = self._holders[quota_type] = LeaseHolder(self.holder, config, QuotaType.parse(quota_type))
+        return holder
+
+    def decide(self, items: Sequence[tuple[str, str, str, float, int]]) -> tuple[int, list[int | None]] | None:
+        """``(config offset, throttle or None per item)`` for checked usage items ``(type, user, client_id,
+        value, now_ms)``: a throttle for each item decided here, None for each left to the shard. None when no
+        item is of a leased type (the caller sends them all, as in exact mode)."""
+        settings = self.gateway.replica.lease_settings()
+        leased_types = settings.quota_types
+        if not leased_types:
+            if self._holders:
+                self._drop(set(self._holders))
+            return None
+        chosen = [i for i, item in enumerate(items) if item[0] in leased_types]
+        if not chosen:
+            return None
+        offset, keys, bounds = self.gateway.replica.resolve_bounds([items[i] for i in chosen])
+        out: list[int | None] = [None] * len(items)
+        with self.lock:
+            if set(self._holders) - leased_types:
+                self._drop(set(self._holders) - leased_types)
+            groups: dict[tuple[str, int], list[int]] = {}
+            for position, index in enumerate(chosen):
+                groups.setdefault((items[index][0], items[index][4]), []).append(position)
+            for (quota_type, now_ms), positions in groups.items():
+                holder = self._holder(quota_type)
+                pairs = [(keys[p], items[chosen[p]][3]) for p in positions]
+                answers = holder.decide(pairs, {keys[p]: bounds[p] for p in positions}, now_ms)
+                for position, answer in zip(positions, answers, strict=True):
+                    index = chosen[position]
+                    key = keys[position]
+                    self._clients.setdefault((quota_type, key), (items[index][1], items[index][2]))
+                    if answer is None:
+                        holder.observe(key, items[index][3], bounds[position], now_ms)
+                        self.shard_decisions += 1
+                    else:
+                        out[index] = answer
+                        self.local_decisions += 1
+        return offset, out
+
+    def unrecord(self, items: Sequence[tuple[str, str, str, float, int]]) -> None:
+        """Un-recorded usage (a throttled fetch answered empty) taken back from this gateway's windows too."""
+        holders = self._holders
+        if not holders:
+            return
+        chosen = [item for item in items if item[0] in holders]
+        if not chosen:
+            return
+        _, keys = self.gateway.replica.resolve(chosen)
+        with self.lock:
+            for (quota_type, _, _, value, now_ms), key in zip(chosen, keys, strict=True):
+                holder = self._holders.get(quota_type)
+                if holder is not None:
+                    holder.unrecord(key, value, now_ms)
+
+    def _drop(self, quota_types: set[str]) -> None:
+        """Quota types no longer leased: their leases end here (the shards' books let them expire)."""
+        for quota_type in quota_types:
+            self._holders.pop(quota_type, None)
+            for entry in [e for e in self._clients if e[0] == quota_type]:
+                del self._clients[entry]
+
+    # --- renewals -----------------------------------------------------------------------------------------
+    def _renew_loop(self) -> None:
+        while True:
+            lease_ms = self.gateway.replica.lease_settings().lease_ms
+            if self._stop.wait(lease_ms / 1000 / _RENEWALS_PER_LEASE):
+                return
+            try:
+                self.renew()
+            except Exception as e:  # the next round retries; leases not renewed expire meanwhile
+                if self._stop.is_set():
+                    return
+                log.warning("lease renewal failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+    def renew(self) -> int:
+        """One renewal round: every key's rate and local value to its owning shard, the new leases back; the
+        number of leases held after it."""
+        with self.lock:  # the time read under the lock: no decision recorded after it (a window measured late)
+            now_ms = self.gateway.clock()
+            requests = {quota_type: holder.renewal(now_ms) for quota_type, holder in self._holders.items()}
+            items: list[Any] = []
+            asked: list[tuple[str, LeaseRequest]] = []
+            for quota_type, batch in requests.items():
+                clients = {}
+                for request in batch:
+                    named = self._clients.get((quota_type, request.key))
+                    if named is None:  # cannot happen: every key a holder tracks was named by a decided item
+                        continue
+                    user, client_id = clients[(quota_type, request.key)] = named
+                    items.append(
+                        (quota_type, user, client_id, self.holder, request.rate, request.decided_locally, now_ms)
+                    )
+                    asked.append((quota_type, request))
+                # keys the holder forgot leave with it; keys added meanwhile come back at their next decision
+                for entry in [e for e in self._clients if e[0] == quota_type and e not in clients]:
+                    del self._clients[entry]
+        if not items:
+            return 0
+        self.renewals += 1
+        try:
+            _, answers = self.gateway.wait(self.gateway.submit("lease", items, 1.0))
+        except Exception:
+            self.renewal_failures += 1
+            with self.lock:
+                for quota_type, batch in requests.items():
+                    holder = self._holders.get(quota_type)
+                    if holder is not None:
+                        holder.restore(batch)
+            raise
+        granted: dict[str, dict[str, Lease | None]] = {}
+        for (quota_type, request), answer in zip(asked, answers, strict=True):
+            lease = None if answer is None else Lease(request.key, self.holder, answer[0], answer[1], answer[2])
+            granted.setdefault(quota_type, {})[request.key] = lease
+        with self.lock:
+            for quota_type, leases in granted.items():
+                holder = self._holders.get(quota_type)
+                if holder is not None:
+                    holder.apply(leases)
+            return sum(holder.leased() for holder in self._holders.values())
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            leased = sum(holder.leased() for holder in self._holders.values())
+            keys = sum(holder.keys() for holder in self._holders.values())
+        return {
+            "holder": self.holder,
+            "leases": leased,
+            "keys": keys,
+            "local_decisions": self.local_decisions,
+            "shard_decisions": self.shard_decisions,
+            "renewals": self.renewals,
+            "renewal_failures": self.renewal_failures,
+        }
+

@@ -1,0 +1,92 @@
+"""The shard's side of leased budgets (``actors/_lease_host.py``) without Ray: renewals checked whole before any
+is served, shares cut from the quota the shard itself resolves, what a gateway decided locally recorded into
+the entity's sensor, and nothing leased where the image says the type is not."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from quotaplane.actors._lease_host import LeaseHost
+from quotaplane.config import ConfigImage, ConfigResourceType, config_event, lease_settings
+from quotaplane.quota import ClientQuotaEntity, QuotaConfig, QuotaType, build_quota_managers
+
+T0 = 1_700_000_000_000
+
+
+def host(types: str | None = "PRODUCE", lease_ms: str | None = None) -> tuple[LeaseHost, object, ConfigImage]:
+    image = ConfigImage()
+    offset = 0
+    for name, value in (("quotaplane.lease.quota.types", types), ("quotaplane.lease.ms", lease_ms)):
+        if value is not None:
+            image.apply(offset, config_event(ConfigResourceType.BROKER, "", name, value))
+            offset += 1
+    quotas = build_quota_managers(QuotaConfig(), now_ms=T0)
+    quotas.produce.update_quota(ClientQuotaEntity(user="alice"), 1000.0)
+    quotas.fetch.update_quota(ClientQuotaEntity(user="alice"), 1000.0)
+    return LeaseHost(lambda: quotas, lambda: image), quotas, image
+
+
+def test_settings_default_to_exact_mode_and_read_the_cluster_default() -> None:
+    assert not lease_settings(ConfigImage()).enabled
+    assert lease_settings(ConfigImage()).lease_ms == 1000
+    _, _, image = host("produce, FETCH", "250")
+    settings = lease_settings(image)
+    assert settings.quota_types == {"PRODUCE", "FETCH"} and settings.lease_ms == 250
+
+
+def test_a_renewal_is_granted_from_the_shards_own_quota_and_records_what_was_decided_locally() -> None:
+    leases, quotas, _ = host()
+    # two clients of alice share her user-level sensor (one key): the book splits 1000 B/s between two gateways
+    [first] = leases.serve([("PRODUCE", "alice", "app-1", "g0", 600.0, 0.0, T0)])
+    assert first is not None and first[1] == 1000.0 and first[2] == T0 + 1000
+    [second] = leases.serve([("PRODUCE", "alice", "app-2", "g1", 400.0, 250.0, T0 + 10)])
+    assert second is None or first[0] + second[0] <= 1000.0  # g0 holds it all until it renews
+    assert [lease.holder for lease in leases.book.leases("PRODUCE\x00alice\x00", T0 + 10)] == ["g0"]
+    # g1's locally decided 250 bytes are in alice's sensor, with Kafka's tags
+    metric = quotas.produce.metrics.metric(quotas.produce.quota_metric("alice", "anything"))
+    _, reference, _ = host()
+    reference.produce.record_no_throttle("alice", "other", 250.0, T0 + 10)
+    expected = reference.produce.metrics.metric(reference.produce.quota_metric("alice", "x")).measurable_value(T0 + 10)
+    assert metric.measurable_value(T0 + 10) == expected > 0
+    [shrunk] = leases.serve([("PRODUCE", "alice", "app-1", "g0", 600.0, 0.0, T0 + 500)])
+    assert shrunk[0] == pytest.approx(600.0)  # its part of the two rates
+    assert leases.stats() == {"renewals": 3, "granted": 2 + (second is not None), "keys": 1}
+
+
+def test_nothing_is_leased_without_a_quota_or_where_the_type_is_not_leased() -> None:
+    leases, _, _ = host("FETCH")
+    assert (
+        leases.serve(
+            [
+                ("PRODUCE", "alice", "c", "g0", 10.0, 0.0, T0),  # PRODUCE is not leased here
+                ("FETCH", "bob", "c", "g0", 10.0, 0.0, T0),  # no quota applies to bob
+                ("FETCH", "alice", "c", "g0", math.nan, 0.0, T0),  # no window yet: weighs nothing, still granted
+            ]
+        )[:2]
+        == [None, None]
+    )
+    assert leases.serve([("FETCH", "alice", "c", "g0", math.nan, 0.0, T0)])[0] is not None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("REQUEST", "alice", "c", "g0", 1.0, 0.0, T0),
+        ("PRODUCE", "alice", "c", "", 1.0, 0.0, T0),
+        ("PRODUCE", "alice", "c", "g0", -1.0, 0.0, T0),
+        ("PRODUCE", "alice", "c", "g0", 1.0, math.inf, T0),
+        ("PRODUCE", "alice", "c", "g0", 1.0, 0.0, -1),
+        ("PRODUCE", "alice", "c", "g0", 1.0, 0.0),
+        ["PRODUCE", "alice", "c", "g0", 1.0, 0.0, T0],
+    ],
+)
+def test_a_bad_renewal_is_refused_before_any_is_served(bad) -> None:
+    leases, quotas, _ = host()
+    good = ("PRODUCE", "alice", "c", "g0", 1.0, 500.0, T0)
+    with pytest.raises(ValueError, match="item 1"):
+        leases.serve([good, bad])
+    assert leases.book.keys() == 0 and leases.renewals == 0
+    assert quotas.produce.metrics.metric(quotas.produce.quota_metric("alice", "c")) is None  # nothing recorded
+    assert QuotaType.parse(good[0]) is QuotaType.PRODUCE
