@@ -216,16 +216,24 @@ class LeaseHolder:
     ) -> list[int | None]:
         """The throttle time of each ``(key, value)`` item whose key has a live lease, recorded locally with the
         Kafka core against the share; None for the others, left for the shard (record them with ``observe``).
-        ``bounds`` is the quota the gateway's replica resolves for each key now (kept for the next renewal)."""
+        ``bounds`` is the quota the gateway's replica resolves for each key now (kept for the next renewal).
+
+        A key ``bounds`` maps to None has no quota (none applies, or quotas of its type are disabled): there is no
+        budget to share and Kafka's answer is 0 (it only records the sensor), so the item is answered 0 here,
+        recorded, and reported with the next renewal for the shard's sensor; a lease it still held (its quota
+        was just removed) ends."""
         for _key, value in items:
             _check_value(value)  # before anything is recorded: a bad item rejects the batch, as record_batch does
         out: list[int | None] = []
         local: list[tuple[str, str, float]] = []
         at: list[int] = []
         for key, value in items:
-            self._bounds[key] = bounds.get(key)
+            bound = self._bounds[key] = bounds.get(key)
             name = self._name(key)
-            if self.lease(key, now_ms) is None:
+            if bound is None and key in bounds:
+                if self._leases.pop(key, None) is not None:
+                    self.manager.update_quota(ClientQuotaEntity(client_id=name), None)
+            elif self.lease(key, now_ms) is None:
                 out.append(None)
                 continue
             self._active.add(key)

@@ -205,3 +205,16 @@ def test_the_book_forgets_keys_without_live_leases_or_recent_renewals() -> None:
     assert book.keys() == 2
     assert book.expire(START_MS + 999) == 1 and book.keys() == 1  # "other" holds nothing
     assert book.expire(START_MS + 1000) == 1 and book.keys() == 0  # g0's lease expired, no renewal since
+
+
+def test_a_key_without_a_quota_is_answered_here_and_reported_and_a_removed_quota_ends_its_lease() -> None:
+    holder = LeaseHolder("g0", ClientQuotaManagerConfig())
+    # no quota applies: Kafka answers 0 and records; nothing to lease, so no round trip either
+    assert holder.decide([(KEY, 5e9)], {KEY: None}, START_MS) == [0]
+    [request] = holder.renewal(START_MS + 100)
+    assert (request.bound, request.decided_locally) == (None, 5e9)
+    # a lease, then the quota is removed at the replica: the small share no longer throttles
+    holder.apply({KEY: Lease(KEY, "g0", 10.0, 10.0, START_MS + 10_000)})
+    assert holder.decide([(KEY, 1000.0)], {KEY: 10.0}, START_MS + 200) != [0]
+    assert holder.decide([(KEY, 1000.0)], {KEY: None}, START_MS + 300) == [0]
+    assert holder.leased() == 0
