@@ -211,4 +211,3 @@ class GatewayLeases:
             "renewals": self.renewals,
             "renewal_failures": self.renewal_failures,
         }
-
