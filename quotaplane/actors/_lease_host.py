@@ -12,6 +12,16 @@ and the shard's are the same), and so the key and the quota ``B`` it splits are 
 - the answer is the holder's new lease ``(share, bound, expires_ms)``, or None (no quota applies, the type is
   not leased at this offset, or no room: the gateway asks the shard for each item until a renewal finds room).
 
+**A new book grants nothing for one lease period.** Leases live at the gateways, not only in the book: a shard
+that restarted (or a standby that took over) starts with an empty book while the gateways may still hold
+leases its previous incarnation granted, and after a reshard the new owner of a key does not know the leases
+the old owner granted. Granting from the empty book at once could hand out the whole quota a second time. So
+from its first renewal, and from the first renewal after the shard count changed, a book answers every renewal
+with None for ``lease_ms`` (recording the reported bytes all the same): every lease granted before has expired
+by then (it was granted before that renewal, for at most ``lease_ms``), and the gateways decide on the shard
+meanwhile (exact mode). The invariant (live shares never above the quota) so holds across restarts, take-overs
+and reshards, at the price of one lease period of round trips.
+
 ``expires_ms`` is on the gateway's clock (``now_ms`` is the gateway's), which is what the gateway checks; the
 book compares other holders' leases with their own ``now_ms``, so gateways whose clocks disagree by ``d`` ms can
 over-admit for ``d`` ms a lease period (documented in docs/scaling.md, "Leased budgets").
@@ -22,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from quotaplane.config import ConfigImage, LeaseSettings, lease_settings
+from quotaplane.config import ConfigImage, LeaseSettings, lease_settings, shard_count_offset
 from quotaplane.quota import LeaseBook, LeaseRequest, QuotaManagers, QuotaType, usage_key
 
 __all__ = ["LeaseHost", "LeaseItem"]
@@ -40,6 +50,9 @@ class LeaseHost:
         self._image = image
         self._settings: tuple[int, LeaseSettings] | None = None
         self.book = LeaseBook()
+        #: no lease is granted before this time (the callers' clock); None until the first renewal
+        self.quiet_until_ms: int | None = None
+        self._placement_offset = shard_count_offset(image())
         #: renewals served, and those answered with a lease
         self.renewals = 0
         self.granted = 0
@@ -80,6 +93,10 @@ class LeaseHost:
         book = self.book
         book.lease_ms = settings.lease_ms
         quotas = self._quotas()
+        placement_offset = shard_count_offset(self._image())
+        if self.quiet_until_ms is None or placement_offset != self._placement_offset:
+            self._placement_offset = placement_offset
+            self.quiet_until_ms = max(item[6] for item in items) + settings.lease_ms
         answers: list[tuple[float, float, int] | None] = []
         for type_name, user, client_id, holder, rate, decided_locally, now_ms in items:
             quota_type = _LEASABLE[type_name]
@@ -89,7 +106,7 @@ class LeaseHost:
             tags = manager.quota_metric(user, client_id).tags
             key = usage_key(quota_type, tags)
             bound = None
-            if type_name in settings.quota_types and manager.quotas_enabled():
+            if type_name in settings.quota_types and manager.quotas_enabled() and now_ms >= self.quiet_until_ms:
                 bound = manager.quota_callback.quota_limit(manager.client_quota_type, tags)
             lease = book.renew(holder, [LeaseRequest(key, bound, float(rate))], now_ms)[key]
             self.renewals += 1

@@ -155,8 +155,8 @@ class LeaseBook:
         return len(idle)
 
     def keys(self) -> int:
-        """How many keys the book holds (leased, or renewed within a lease period)."""
-        return len(set(self._leases) | set(self._rates))
+        """How many keys the book holds leases or rates of (until ``expire`` forgets them)."""
+        return len({k for k, held in self._leases.items() if held} | {k for k, rates in self._rates.items() if rates})
 
     def release(self, holder: str, keys: Iterable[str] | None = None) -> int:
         """Drop ``holder``'s leases (of ``keys``, or all); the number dropped."""

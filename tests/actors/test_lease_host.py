@@ -15,7 +15,10 @@ from quotaplane.quota import ClientQuotaEntity, QuotaConfig, QuotaType, build_qu
 T0 = 1_700_000_000_000
 
 
-def host(types: str | None = "PRODUCE", lease_ms: str | None = None) -> tuple[LeaseHost, object, ConfigImage]:
+def host(
+    types: str | None = "PRODUCE", lease_ms: str | None = None, *, quiet: bool = False
+) -> tuple[LeaseHost, object, ConfigImage]:
+    """A lease host over managers where alice has 1000 B/s quotas; past its first lease period unless ``quiet``."""
     image = ConfigImage()
     offset = 0
     for name, value in (("quotaplane.lease.quota.types", types), ("quotaplane.lease.ms", lease_ms)):
@@ -25,7 +28,11 @@ def host(types: str | None = "PRODUCE", lease_ms: str | None = None) -> tuple[Le
     quotas = build_quota_managers(QuotaConfig(), now_ms=T0)
     quotas.produce.update_quota(ClientQuotaEntity(user="alice"), 1000.0)
     quotas.fetch.update_quota(ClientQuotaEntity(user="alice"), 1000.0)
-    return LeaseHost(lambda: quotas, lambda: image), quotas, image
+    leases = LeaseHost(lambda: quotas, lambda: image)
+    if not quiet:  # the first renewal starts the book's quiet period, over by T0
+        leases.serve([("PRODUCE", "nobody", "c", "g-start", 0.0, 0.0, T0 - lease_settings(image).lease_ms)])
+        leases.renewals = 0
+    return leases, quotas, image
 
 
 def test_settings_default_to_exact_mode_and_read_the_cluster_default() -> None:
@@ -83,10 +90,25 @@ def test_nothing_is_leased_without_a_quota_or_where_the_type_is_not_leased() -> 
     ],
 )
 def test_a_bad_renewal_is_refused_before_any_is_served(bad) -> None:
-    leases, quotas, _ = host()
+    leases, quotas, _ = host(quiet=True)
     good = ("PRODUCE", "alice", "c", "g0", 1.0, 500.0, T0)
     with pytest.raises(ValueError, match="item 1"):
         leases.serve([good, bad])
-    assert leases.book.keys() == 0 and leases.renewals == 0
+    assert leases.book.keys() == 0 and leases.renewals == 0 and leases.quiet_until_ms is None
     assert quotas.produce.metrics.metric(quotas.produce.quota_metric("alice", "c")) is None  # nothing recorded
     assert QuotaType.parse(good[0]) is QuotaType.PRODUCE
+
+
+def test_a_new_book_grants_nothing_for_a_lease_period_and_again_after_a_reshard() -> None:
+    """Leases its previous incarnation (or a key's previous owner) granted may still be live at the gateways:
+    a book that granted from nothing at once could hand the quota out twice."""
+    leases, quotas, image = host(lease_ms="500", quiet=True)
+    renewal = ("PRODUCE", "alice", "c", "g0", 100.0, 40.0, T0)
+    assert leases.serve([renewal]) == [None]  # the first renewal: quiet until T0 + 500
+    assert quotas.produce.metrics.metric(quotas.produce.quota_metric("alice", "c")) is not None  # bytes recorded
+    assert leases.serve([renewal[:6] + (T0 + 499,)]) == [None]
+    [granted] = leases.serve([renewal[:6] + (T0 + 500,)])
+    assert granted is not None and granted[0] == 1000.0
+    image.apply(image.end_offset, config_event(ConfigResourceType.BROKER, "", "quotaplane.shard.count", "3"))
+    assert leases.serve([renewal[:6] + (T0 + 600,)]) == [None]  # a reshard: quiet again, until T0 + 1100
+    assert leases.serve([renewal[:6] + (T0 + 1100,)])[0] is not None

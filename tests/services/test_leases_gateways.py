@@ -73,10 +73,34 @@ def gateways(cluster, admin, clock) -> Iterator[list]:
     started = [serve_gateway(cluster.controller, cluster.shards, clock=clock) for _ in range(4)]
     try:
         wait_propagated(cluster, *(gateway for _, _, gateway in started))
+        _past_quiet_periods(cluster, admin, started[0], clock)
         yield started
     finally:
         for server, _, _ in started:
             server.stop(1).wait()
+
+
+def _past_quiet_periods(cluster, admin, started: tuple, clock: FakeClock) -> None:
+    """A shard's book grants nothing for a lease period from its first renewal (leases of an earlier
+    incarnation may still be live): start every shard's, then let the simulated clock run past them."""
+    _, port, gateway = started
+    users = {}
+    for n in range(64):  # a user with a quota on each shard
+        users.setdefault(gateway.placement.owner(f"PRODUCE\x00primer-{n}\x00"), f"primer-{n}")
+        if len(users) == len(cluster.shards):
+            break
+    for user in users.values():
+        set_user_quota(admin, user, QUOTA)
+    wait_propagated(cluster, gateway)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = quota_pb2_grpc.QuotaServiceStub(channel)
+        for user in users.values():
+            produce(stub, user, "c", 1.0, clock.now_ms)
+        assert gateway.leases.renew() == 0  # quiet: no lease yet
+        clock.advance(LEASE_MS)
+        for user in users.values():
+            produce(stub, user, "c", 1.0, clock.now_ms)
+        assert gateway.leases.renew() == len(users)
 
 
 def produce(stub, user: str, client_id: str, value: float, now_ms: int) -> int:
