@@ -106,9 +106,9 @@ def test_a_new_book_grants_nothing_for_a_lease_period_and_again_after_a_reshard(
     renewal = ("PRODUCE", "alice", "c", "g0", 100.0, 40.0, T0)
     assert leases.serve([renewal]) == [None]  # the first renewal: quiet until T0 + 500
     assert quotas.produce.metrics.metric(quotas.produce.quota_metric("alice", "c")) is not None  # bytes recorded
-    assert leases.serve([renewal[:6] + (T0 + 499,)]) == [None]
-    [granted] = leases.serve([renewal[:6] + (T0 + 500,)])
+    assert leases.serve([(*renewal[:6], T0 + 499)]) == [None]
+    [granted] = leases.serve([(*renewal[:6], T0 + 500)])
     assert granted is not None and granted[0] == 1000.0
     image.apply(image.end_offset, config_event(ConfigResourceType.BROKER, "", "quotaplane.shard.count", "3"))
-    assert leases.serve([renewal[:6] + (T0 + 600,)]) == [None]  # a reshard: quiet again, until T0 + 1100
-    assert leases.serve([renewal[:6] + (T0 + 1100,)])[0] is not None
+    assert leases.serve([(*renewal[:6], T0 + 600)]) == [None]  # a reshard: quiet again, until T0 + 1100
+    assert leases.serve([(*renewal[:6], T0 + 1100)])[0] is not None
