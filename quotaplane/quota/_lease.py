@@ -246,6 +246,45 @@ class LeaseHolder:
                 out[index] = throttle
         return out
 
+    def decide_batch(
+        self, keys: Sequence[str], values: Sequence[float], bounds: Sequence[float | None], now_ms: int
+    ) -> list[int | None]:
+        """``decide`` and ``observe`` in one: every item is recorded in this gateway's windows (one
+        ``record_batch`` of the core), the throttle of each answered here is returned, None for each left to
+        the shard. The gateway's path: a batch costs one pass and one core call, not a call per item.
+
+        Equal to ``decide`` followed by ``observe`` of the items it left (what ``tests/quota/test_lease.py``
+        checks on random workloads), but recording in the items' order."""
+        if not (
+            set(map(type, values)) <= {float, int} and min(values, default=0.0) >= 0.0 and math.isfinite(sum(values))
+        ):
+            for value in values:
+                _check_value(value)  # names the bad one; nothing is recorded
+        names = self._names
+        leases = self._leases
+        local = self._local
+        skew = self.clock_skew_ms
+        batch: list[tuple[str, str, float]] = []
+        answered: list[bool] = []
+        for key, value, bound in zip(keys, values, bounds, strict=True):
+            name = names.get(key) or self._name(key)
+            if bound is None:  # no quota: Kafka answers 0 and only records (see ``decide``)
+                if key in leases:
+                    del leases[key]
+                    self.manager.update_quota(ClientQuotaEntity(client_id=name), None)
+                here = True
+            else:
+                lease = leases.get(key)
+                here = lease is not None and now_ms < lease.expires_ms - skew
+            if here:
+                local[key] += value
+            batch.append(("", name, value))
+            answered.append(here)
+        self._active.update(keys)
+        self._bounds.update(zip(keys, bounds, strict=True))
+        throttles = self.manager.record_batch(batch, now_ms)
+        return [throttle if here else None for throttle, here in zip(throttles, answered, strict=True)]
+
     def observe(self, key: str, value: float, bound: float | None, now_ms: int) -> None:
         """An item of ``key`` decided by the shard: it counts in this gateway's window all the same."""
         _check_value(value)

@@ -218,3 +218,50 @@ def test_a_key_without_a_quota_is_answered_here_and_reported_and_a_removed_quota
     assert holder.decide([(KEY, 1000.0)], {KEY: 10.0}, START_MS + 200) != [0]
     assert holder.decide([(KEY, 1000.0)], {KEY: None}, START_MS + 300) == [0]
     assert holder.leased() == 0
+
+
+@SETTINGS
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.integers(0, 700),  # ms since the previous batch
+            st.lists(
+                st.tuples(st.sampled_from(["k0", "k1", "k2"]), st.floats(0.0, 50_000.0) | st.integers(0, 50_000)),
+                min_size=1,
+                max_size=12,
+            ),
+            st.dictionaries(st.sampled_from(["k0", "k1", "k2"]), st.sampled_from([None, 1000.0, 8000.0])),
+            st.booleans(),  # a renewal after the batch
+        ),
+        max_size=25,
+    )
+)
+def test_decide_batch_equals_decide_then_observe(batches) -> None:
+    """The gateway's one-pass path answers and records exactly as ``decide`` then ``observe`` of what it left:
+    the same throttles, the same renewal reports (rates bit for bit), the same leases."""
+    config = ClientQuotaManagerConfig()
+    one, two = LeaseHolder("g0", config), LeaseHolder("g0", config)
+    book_one, book_two = LeaseBook(lease_ms=1000), LeaseBook(lease_ms=1000)
+    now = START_MS
+    for step_ms, items, bound_of, renew in batches:
+        now += step_ms
+        keys = [key for key, _ in items]
+        bounds = {key: bound_of.get(key, 4000.0) for key in keys}
+        expected = one.decide(items, bounds, now)
+        for (key, value), answer in zip(items, expected, strict=True):
+            if answer is None:
+                one.observe(key, value, bounds[key], now)
+        got = two.decide_batch(keys, [value for _, value in items], [bounds[key] for key in keys], now)
+        assert got == expected
+        if renew:
+            wanted, asked = one.renewal(now), two.renewal(now)
+            assert [(r.key, r.bound, r.decided_locally) for r in wanted] == [
+                (r.key, r.bound, r.decided_locally) for r in asked
+            ]
+            assert [r.rate for r in wanted] == [r.rate for r in asked] or all(
+                math.isnan(a.rate) and math.isnan(b.rate) for a, b in zip(wanted, asked, strict=True)
+            )
+            one.apply(book_one.renew("g0", wanted, now))
+            two.apply(book_two.renew("g0", asked, now))
+    with pytest.raises(ValueError):
+        two.decide_batch(["k0", "k1"], [1.0, math.nan], [1000.0, 1000.0], now)

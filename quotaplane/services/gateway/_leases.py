@@ -23,6 +23,7 @@ answered to the client but, unlike the shard's, not recorded in the throttle-tim
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import socket
 import threading
@@ -39,6 +40,7 @@ __all__ = ["GatewayLeases", "holder_id"]
 
 log = logging.getLogger(__name__)
 
+_TYPE = operator.itemgetter(0)
 #: Renewals per lease period: a lease is renewed at half its life, so one lost renewal does not end it.
 _RENEWALS_PER_LEASE = 2
 
@@ -90,31 +92,43 @@ class GatewayLeases:
             if self._holders:
                 self._drop(set(self._holders))
             return None
-        chosen = [i for i, item in enumerate(items) if item[0] in leased_types]
-        if not chosen:
-            return None
-        offset, keys, bounds = self.gateway.replica.resolve_bounds([items[i] for i in chosen])
+        if leased_types.issuperset(map(_TYPE, items)):
+            chosen, chosen_items = range(len(items)), items
+        else:
+            chosen = [i for i, item in enumerate(items) if item[0] in leased_types]
+            if not chosen:
+                return None
+            chosen_items = [items[i] for i in chosen]
+        offset, keys, bounds = self.gateway.replica.resolve_bounds(chosen_items)
         out: list[int | None] = [None] * len(items)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for position, (quota_type, _, _, _, now_ms) in enumerate(chosen_items):
+            group = groups.get((quota_type, now_ms))
+            if group is None:
+                groups[(quota_type, now_ms)] = [position]
+            else:
+                group.append(position)
         with self.lock:
             if set(self._holders) - leased_types:
                 self._drop(set(self._holders) - leased_types)
-            groups: dict[tuple[str, int], list[int]] = {}
-            for position, index in enumerate(chosen):
-                groups.setdefault((items[index][0], items[index][4]), []).append(position)
+            clients = self._clients
             for (quota_type, now_ms), positions in groups.items():
-                holder = self._holder(quota_type)
-                pairs = [(keys[p], items[chosen[p]][3]) for p in positions]
-                answers = holder.decide(pairs, {keys[p]: bounds[p] for p in positions}, now_ms)
-                for position, answer in zip(positions, answers, strict=True):
-                    index = chosen[position]
-                    key = keys[position]
-                    self._clients.setdefault((quota_type, key), (items[index][1], items[index][2]))
-                    if answer is None:
-                        holder.observe(key, items[index][3], bounds[position], now_ms)
-                        self.shard_decisions += 1
-                    else:
-                        out[index] = answer
-                        self.local_decisions += 1
+                whole = len(positions) == len(chosen_items)
+                group_keys = keys if whole else [keys[p] for p in positions]
+                answers = self._holder(quota_type).decide_batch(
+                    group_keys,
+                    [item[3] for item in chosen_items] if whole else [chosen_items[p][3] for p in positions],
+                    bounds if whole else [bounds[p] for p in positions],
+                    now_ms,
+                )
+                for position, key, answer in zip(positions, group_keys, answers, strict=True):
+                    if (quota_type, key) not in clients:
+                        clients[(quota_type, key)] = chosen_items[position][1:3]
+                    if answer is not None:
+                        out[chosen[position]] = answer
+            local = len(items) - out.count(None)
+            self.local_decisions += local
+            self.shard_decisions += len(chosen_items) - local
         return offset, out
 
     def unrecord(self, items: Sequence[tuple[str, str, str, float, int]]) -> None:
