@@ -20,6 +20,7 @@ import ray
 
 from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 from quotaplane.services.gateway import serve_gateway
+from quotaplane.services.metrics import QuotaplaneCollector
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import quota_pb2 as pb
 from quotaplane.v1 import quota_pb2_grpc
@@ -187,6 +188,12 @@ def test_four_gateways_decide_locally_within_shares_that_never_exceed_the_quota(
     shard = sum(s["shard_decisions"] for s in stats)
     assert local / (local + shard) > 0.8, stats
     assert all(s["renewal_failures"] == 0 for s in stats)
+    # what the metrics endpoint of a process with these gateways exports
+    collector = QuotaplaneCollector(cluster.controller, cluster.shards, gateways=[gw for _, _, gw in gateways])
+    samples = {(s.name, tuple(s.labels.items())): s.value for m in collector.collect() for s in m.samples}
+    assert samples[("quotaplane_lease_decisions_total", (("where", "local"),))] == local
+    assert samples[("quotaplane_lease_decisions_total", (("where", "shard"),))] == shard
+    assert samples[("quotaplane_leases", ())] == sum(s["leases"] for s in stats) >= 4
 
 
 def test_leases_end_when_not_renewed_and_when_the_mode_is_switched_off(cluster, admin, gateways, clock):

@@ -75,6 +75,10 @@ The ``metric`` label of the two counters is bounded by the number of metric name
 ``quotaplane_shard_hand_over_failures_total{shard}``      reshard hand-overs not got (those keys started empty)
 ``quotaplane_over_admission_bound_bytes_total{cause}``   usage this process's gateway sent to shards that then
                                                           restarted without it (cause: checkpoint, no_checkpoint)
+``quotaplane_lease_decisions_total{where}``               leased usage items this process's gateway decided
+                                                          within its lease (local) or on the shard (shard)
+``quotaplane_leases``                                     leased shares this process's gateway holds
+``quotaplane_lease_renewal_failures_total``               lease renewal rounds that failed
 ``quotaplane_scrape_shard_errors_total{shard}``           shard calls that failed or timed out
 ``quotaplane_scrape_controller_errors_total``             controller calls that failed or timed out
 ``quotaplane_series_dropped_total{metric}``               series left out by ``max_series_per_metric``

@@ -175,9 +175,17 @@ class QuotaplaneCollector(Collector):
             value=self.controller_errors,
         )
         bound: dict[str, float] = {"checkpoint": 0.0, "no_checkpoint": 0.0}
+        decisions = {"local": 0, "shard": 0}
+        leases_held = renewal_failures = 0
         for gateway in self.gateways:
-            for cause, value in gateway.stats().get("over_admission_bound_bytes", {}).items():
+            stats = gateway.stats()
+            for cause, value in stats.get("over_admission_bound_bytes", {}).items():
                 bound[cause] = bound.get(cause, 0.0) + value
+            leases = stats.get("leases", {})
+            decisions["local"] += leases.get("local_decisions", 0)
+            decisions["shard"] += leases.get("shard_decisions", 0)
+            leases_held += leases.get("leases", 0)
+            renewal_failures += leases.get("renewal_failures", 0)
         yield counter(
             "quotaplane_over_admission_bound_bytes",
             "Usage bytes this process's gateway sent to shards that then restarted without them (after the "
@@ -185,6 +193,21 @@ class QuotaplaneCollector(Collector):
             "restarts over-admitted",
             "cause",
             bound,
+        )
+        yield counter(
+            "quotaplane_lease_decisions",
+            "Usage items of leased quota types (quotaplane.lease.quota.types) this process's gateway decided: "
+            "within its leased share (local) or on the owning shard (shard: no live lease)",
+            "where",
+            decisions,
+        )
+        yield GaugeMetricFamily(
+            "quotaplane_leases", "Leased shares of entities' quotas this process's gateway holds", value=leases_held
+        )
+        yield CounterMetricFamily(
+            "quotaplane_lease_renewal_failures",
+            "Lease renewal rounds of this process's gateway that failed (its leases then expire; exact mode)",
+            value=renewal_failures,
         )
         yield counter("quotaplane_series_dropped", "Series left out by max_series_per_metric", "metric", self.dropped)
         yield counter(
