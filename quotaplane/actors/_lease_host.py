@@ -22,6 +22,12 @@ by then (it was granted before that renewal, for at most ``lease_ms``), and the 
 meanwhile (exact mode). The invariant (live shares never above the quota) so holds across restarts, take-overs
 and reshards, at the price of one lease period of round trips.
 
+**Local throttles, reported.** A gateway answers its local throttles itself; Kafka's broker records each
+throttle it answers in the client's ``throttle-time`` sensor, and the shard archives them for the throttle
+report. So a gateway sends the non-zero ones it answered, with its renewals, as the kind ``"throttle"``:
+``(quota type, user, client_id, throttle_ms, now_ms)``, recorded here as the shard records its own
+(:meth:`LeaseHost.serve_throttles`).
+
 ``expires_ms`` is on the gateway's clock (``now_ms`` is the gateway's), which is what the gateway checks; the
 book compares other holders' leases with their own ``now_ms``, so gateways whose clocks disagree by ``d`` ms can
 over-admit for ``d`` ms a lease period (documented in docs/scaling.md, "Leased budgets").
@@ -35,19 +41,29 @@ from collections.abc import Callable, Sequence
 from quotaplane.config import ConfigImage, LeaseSettings, lease_settings, shard_count_offset
 from quotaplane.quota import LeaseBook, LeaseRequest, QuotaManagers, QuotaType, usage_key
 
-__all__ = ["LeaseHost", "LeaseItem"]
+from ._throttle_archive import ThrottleArchive
+
+__all__ = ["LeaseHost", "LeaseItem", "ThrottleItem"]
 
 #: ``(quota type, user, client_id, holder, rate, decided_locally, now_ms)``
 LeaseItem = tuple[str, str, str, str, float, float, int]
+#: ``(quota type, user, client_id, throttle_ms, now_ms)``
+ThrottleItem = tuple[str, str, str, int, int]
 _LEASABLE = {"PRODUCE": QuotaType.PRODUCE, "FETCH": QuotaType.FETCH}
 
 
 class LeaseHost:
     """A shard's lease book, fed by the gateways' renewals (``serve``) and kept small by ``expire``."""
 
-    def __init__(self, quotas: Callable[[], QuotaManagers], image: Callable[[], ConfigImage]) -> None:
+    def __init__(
+        self,
+        quotas: Callable[[], QuotaManagers],
+        image: Callable[[], ConfigImage],
+        archive: Callable[[], ThrottleArchive | None] = lambda: None,
+    ) -> None:
         self._quotas = quotas
         self._image = image
+        self._archive = archive
         self._settings: tuple[int, LeaseSettings] | None = None
         self.book = LeaseBook()
         #: no lease is granted before this time (the callers' clock); None until the first renewal
@@ -56,6 +72,8 @@ class LeaseHost:
         #: renewals served, and those answered with a lease
         self.renewals = 0
         self.granted = 0
+        #: throttles gateways answered locally and reported
+        self.reported_throttles = 0
 
     def settings(self) -> LeaseSettings:
         image = self._image()
@@ -117,8 +135,43 @@ class LeaseHost:
                 answers.append((lease.share, lease.bound, lease.expires_ms))
         return answers
 
+    def serve_throttles(self, items: Sequence[ThrottleItem]) -> list[int]:
+        """Throttles a gateway answered within its leases, recorded as the shard records its own: the
+        client's ``throttle-time`` sensor (``throttle_batch``) and the throttle archive. All 0, in order."""
+        for index, item in enumerate(items):
+            if not (
+                type(item) is tuple
+                and len(item) == 5
+                and item[0] in _LEASABLE
+                and isinstance(item[1], str)
+                and isinstance(item[2], str)
+                and type(item[3]) is int
+                and item[3] > 0
+                and type(item[4]) is int
+                and item[4] >= 0
+            ):
+                raise ValueError(
+                    f"item {index}: expected (PRODUCE or FETCH, user, client_id, throttle_ms > 0, now_ms >= 0)"
+                )
+        quotas = self._quotas()
+        archive = self._archive()
+        for type_name in {item[0] for item in items}:
+            throttled = [
+                (user, client_id, ms, now_ms) for kind, user, client_id, ms, now_ms in items if kind == type_name
+            ]
+            quotas.client_manager(_LEASABLE[type_name]).throttle_batch(throttled)
+            if archive is not None:
+                archive.record_batch(str(_LEASABLE[type_name]), throttled)
+        self.reported_throttles += len(items)
+        return [0] * len(items)
+
     def expire(self, now_ms: int) -> int:
         return self.book.expire(now_ms)
 
     def stats(self) -> dict[str, int]:
-        return {"renewals": self.renewals, "granted": self.granted, "keys": self.book.keys()}
+        return {
+            "renewals": self.renewals,
+            "granted": self.granted,
+            "keys": self.book.keys(),
+            "reported_throttles": self.reported_throttles,
+        }

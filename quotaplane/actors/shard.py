@@ -105,9 +105,10 @@ T = TypeVar("T")
 #: What ``serve_at`` serves. The first four resolve Kafka metric tags (the sensor an item shares depends
 #: on every configured quota entity), so gateway and shard must read the same image: they are fenced.
 SERVE_KINDS = (
-    "usage", "unrecord", "request", "mutation", "lease", "producer_ids", "replication", "telemetry", "connection"
+    "usage", "unrecord", "request", "mutation", "lease", "throttle",
+    "producer_ids", "replication", "telemetry", "connection",
 )  # fmt: skip
-FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation", "lease"})
+FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation", "lease", "throttle"})
 #: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
 #: on the first call past each interval of its callers' clock.
 HOUSEKEEPING_INTERVAL_MS = 30_000
@@ -244,7 +245,7 @@ class ShardActor(StandbyMember):
         self.replication = ReplicationHost(lambda: self.image)
         self.connections = ConnectionHost(lambda: self.image)
         #: leased budgets: the shares of the keys this shard owns that gateways decide with (``_lease_host``)
-        self.leases = LeaseHost(lambda: self.quotas, lambda: self.image)
+        self.leases = LeaseHost(lambda: self.quotas, lambda: self.image, lambda: self.throttles)
         #: the keys this shard owns at its offset; a reshard's hand-over of moved state (``_reshard``)
         # a standby that does not serve must not pull a reshard's moved state: the hand-over takes it from the giver
         self.reshard = ReshardHost(
@@ -257,6 +258,7 @@ class ShardActor(StandbyMember):
             "request": self._serve_request,
             "mutation": self._serve_mutation,
             "lease": self.leases.serve,
+            "throttle": self.leases.serve_throttles,
             "producer_ids": self._serve_producer_ids,
             "replication": self.replication.serve,
             "telemetry": self.telemetry.serve,

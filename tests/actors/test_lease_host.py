@@ -59,7 +59,7 @@ def test_a_renewal_is_granted_from_the_shards_own_quota_and_records_what_was_dec
     assert metric.measurable_value(T0 + 10) == expected > 0
     [shrunk] = leases.serve([("PRODUCE", "alice", "app-1", "g0", 600.0, 0.0, T0 + 500)])
     assert shrunk[0] == pytest.approx(600.0)  # its part of the two rates
-    assert leases.stats() == {"renewals": 3, "granted": 2 + (second is not None), "keys": 1}
+    assert leases.stats() == {"renewals": 3, "granted": 2 + (second is not None), "keys": 1, "reported_throttles": 0}
 
 
 def test_nothing_is_leased_without_a_quota_or_where_the_type_is_not_leased() -> None:
@@ -112,3 +112,25 @@ def test_a_new_book_grants_nothing_for_a_lease_period_and_again_after_a_reshard(
     image.apply(image.end_offset, config_event(ConfigResourceType.BROKER, "", "quotaplane.shard.count", "3"))
     assert leases.serve([(*renewal[:6], T0 + 600)]) == [None]  # a reshard: quiet again, until T0 + 1100
     assert leases.serve([(*renewal[:6], T0 + 1100)])[0] is not None
+
+
+def test_throttles_answered_at_a_gateway_are_recorded_as_the_shards_own() -> None:
+    leases, quotas, _ = host()
+    reference, _, _ = host()
+    assert leases.serve_throttles([("PRODUCE", "alice", "app", 120, T0), ("FETCH", "alice", "app", 40, T0 + 5)]) == [
+        0,
+        0,
+    ]
+    reference_quotas = reference._quotas()
+    reference_quotas.produce.throttle("alice", "app", 120, T0)
+    reference_quotas.fetch.throttle("alice", "app", 40, T0 + 5)
+    for manager, expected in ((quotas.produce, reference_quotas.produce), (quotas.fetch, reference_quotas.fetch)):
+        group = str(manager.quota_type)
+        [got] = [m for n, m in manager.metrics.metrics.items() if (n.name, n.group) == ("throttle-time", group)]
+        [want] = [m for n, m in expected.metrics.metrics.items() if (n.name, n.group) == ("throttle-time", group)]
+        assert got.measurable_value(T0 + 10) == want.measurable_value(T0 + 10) > 0
+    assert leases.stats()["reported_throttles"] == 2
+    for bad in [("PRODUCE", "alice", "app", 0, T0), ("REQUEST", "a", "c", 5, T0), ("PRODUCE", "a", "c", 5, -1)]:
+        with pytest.raises(ValueError, match="item 1"):
+            leases.serve_throttles([("PRODUCE", "alice", "app", 1, T0), bad])
+    assert leases.stats()["reported_throttles"] == 2

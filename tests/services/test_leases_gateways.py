@@ -164,6 +164,11 @@ def test_four_gateways_decide_locally_within_shares_that_never_exceed_the_quota(
     owner = cluster.shards[first.placement.owner(key)]
     rows = ray.get(owner.metrics_snapshot.remote(clock.now_ms))
     [shard_rate] = [v for name, group, _, tags, v in rows if name == "byte-rate" and tags.get("user") == user]
+    # the throttles the gateways answered were reported to the owning shard, as it records its own: the
+    # throttle-time metric of the user's sensor (Kafka's tags: the quota is the user's) and the archive
+    reported = sum(gw.leases.stats()["throttles_reported"] for _, _, gw in gateways)
+    assert reported > 0 and ray.get(owner.info.remote())["leases"]["reported_throttles"] == reported
+    assert any(name == "throttle-time" and tags.get("user") == user and v > 0 for name, _, _, tags, v in rows)
     total = math.fsum(gw.leases._holders["PRODUCE"].rate(key, clock.now_ms) for _, _, gw in gateways)
     assert shard_rate == pytest.approx(total, rel=0.15), (shard_rate, total)
 

@@ -41,6 +41,8 @@ __all__ = ["GatewayLeases", "holder_id"]
 log = logging.getLogger(__name__)
 
 _TYPE = operator.itemgetter(0)
+#: Local throttles kept for the next report at most (a bound on memory when the shards are unreachable).
+_MAX_UNREPORTED_THROTTLES = 100_000
 #: Renewals per lease period: a lease is renewed at half its life, so one lost renewal does not end it.
 _RENEWALS_PER_LEASE = 2
 
@@ -60,6 +62,11 @@ class GatewayLeases:
         self._holders: dict[str, LeaseHolder] = {}
         #: (quota type, key) -> a (user, client_id) that records into it: what a renewal names the key by
         self._clients: dict[tuple[str, str], tuple[str, str]] = {}
+        #: non-zero throttles answered here, not yet reported: ``(type, user, client_id, throttle_ms, now_ms)``
+        self._throttled: list[tuple[str, str, str, int, int]] = []
+        #: throttles not reported (more than ``_MAX_UNREPORTED_THROTTLES`` between rounds, or a failed report)
+        self.throttles_dropped = 0
+        self.throttles_reported = 0
         #: items answered here, items of leased types sent to the shards, renewals sent and failed
         self.local_decisions = 0
         self.shard_decisions = 0
@@ -121,11 +128,18 @@ class GatewayLeases:
                     bounds if whole else [bounds[p] for p in positions],
                     now_ms,
                 )
+                throttled = self._throttled
                 for position, key, answer in zip(positions, group_keys, answers, strict=True):
                     if (quota_type, key) not in clients:
                         clients[(quota_type, key)] = chosen_items[position][1:3]
                     if answer is not None:
                         out[chosen[position]] = answer
+                        if answer:  # reported to the owning shard for the throttle-time metric and archive
+                            if len(throttled) < _MAX_UNREPORTED_THROTTLES:
+                                _, user, client_id, _, _ = chosen_items[position]
+                                throttled.append((quota_type, user, client_id, answer, now_ms))
+                            else:
+                                self.throttles_dropped += 1
             local = len(items) - out.count(None)
             self.local_decisions += local
             self.shard_decisions += len(chosen_items) - local
@@ -167,8 +181,28 @@ class GatewayLeases:
                 log.warning("lease renewal failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
 
     def renew(self) -> int:
-        """One renewal round: every key's rate and local value to its owning shard, the new leases back; the
-        number of leases held after it."""
+        """One renewal round: the throttles answered here since the last round reported, then every key's rate
+        and local value to its owning shard and the new leases back; the number of leases held after it."""
+        self.report_throttles()
+        return self._renew_leases()
+
+    def report_throttles(self) -> int:
+        """Send the non-zero throttles answered here to the shards owning their sensors (kind ``throttle``): a
+        broker records every throttle it answers, and the shard archives them for the throttle report. Best
+        effort: a report that fails is counted in ``throttles_dropped`` (the throttles were answered)."""
+        with self.lock:
+            throttled, self._throttled = self._throttled, []
+        if not throttled:
+            return 0
+        try:
+            self.gateway.wait(self.gateway.submit("throttle", throttled, 1.0))
+            self.throttles_reported += len(throttled)
+        except Exception as e:
+            self.throttles_dropped += len(throttled)
+            log.warning("local throttles not reported: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return len(throttled)
+
+    def _renew_leases(self) -> int:
         with self.lock:  # the time read under the lock: no decision recorded after it (a window measured late)
             now_ms = self.gateway.clock()
             requests = {quota_type: holder.renewal(now_ms) for quota_type, holder in self._holders.items()}
@@ -224,4 +258,6 @@ class GatewayLeases:
             "shard_decisions": self.shard_decisions,
             "renewals": self.renewals,
             "renewal_failures": self.renewal_failures,
+            "throttles_reported": self.throttles_reported,
+            "throttles_dropped": self.throttles_dropped,
         }
