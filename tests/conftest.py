@@ -1,7 +1,7 @@
 """Fixtures shared across test packages: one local SparkSession for the whole run (starting one costs
-seconds; the Spark job tests and the frontend's end-to-end check share it), scratch under a temp dir; the
-environment and a short data-dir parent for tests that run ``quotaplane up`` as a subprocess (tests/services,
-tests/deploy)."""
+seconds; the Spark job tests and the frontend's end-to-end check share it), scratch under a temp dir, its JVM
+started for short runs (``tests.support.FAST_START_JAVA_OPTIONS``); the environment and a short data-dir parent
+for tests that run ``quotaplane up`` as a subprocess (tests/services, tests/deploy)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support import FAST_START_JAVA_OPTIONS
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +28,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         app_name="quotaplane-tests",
         scratch_dir=tmp_path_factory.mktemp("spark-scratch"),
         shuffle_partitions=4,
-        extra_conf={"spark.default.parallelism": "4", "spark.sql.adaptive.enabled": "false"},
+        extra_conf={
+            "spark.default.parallelism": "4",
+            "spark.sql.adaptive.enabled": "false",
+            # put before the session's own extraJavaOptions (its Derby home)
+            "spark.driver.defaultJavaOptions": FAST_START_JAVA_OPTIONS,
+        },
     )
     yield session
     session.stop()

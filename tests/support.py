@@ -1,4 +1,4 @@
-"""Small helpers shared by the test packages (tests/actors, tests/services, tests/deploy)."""
+"""Small helpers shared by the test packages (tests/actors, tests/services, tests/deploy, tests/spark)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+#: The options of the JVMs the tests start (the session's local Spark, tests/spark's standalone cluster): C1 only
+#: and the serial collector. The suite's Spark jobs are small and short: C2's compile threads, which pay back only
+#: on long runs, otherwise take about half of those JVMs' CPU time (measured on the 2-core machine: 110 s of CPU
+#: for the standalone test against 55 s). A start-up choice: nothing of Spark's behaviour or the jobs' changes.
+FAST_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @contextmanager

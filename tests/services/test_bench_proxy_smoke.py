@@ -21,10 +21,11 @@ def test_proxy_bench_quick_prints_its_report(tmp_path):
             "2000",
             "--latency-messages",
             "50",
+            # each fleet-budget run: 2 s of load, its second counted as after the warm-up (the keys asserted below)
             "--budget-seconds",
-            "4",
-            "--warmup-seconds",
             "2",
+            "--warmup-seconds",
+            "1",
         ],
         capture_output=True,
         text=True,

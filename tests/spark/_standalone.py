@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pyspark
 
-__all__ = ["StandaloneCluster", "cluster_env", "free_port", "standalone_cluster"]
+from tests.support import FAST_START_JAVA_OPTIONS
+
+__all__ = ["FAST_START_JAVA_OPTIONS", "StandaloneCluster", "cluster_env", "free_port", "standalone_cluster"]
 
 SPARK_HOME = Path(pyspark.__file__).parent
 _START_TIMEOUT_S = 45.0
@@ -36,7 +38,8 @@ def free_port() -> int:
 
 def cluster_env(conf_dir: Path) -> dict[str, str]:
     """The environment of the daemons and of a driver: loopback only, this venv's Python, an empty conf dir
-    (so no ``spark-defaults.conf`` of the machine changes what is tested)."""
+    (so no ``spark-defaults.conf`` of the machine changes what is tested); the master's and workers' JVMs
+    started with :data:`FAST_START_JAVA_OPTIONS` (``SPARK_DAEMON_JAVA_OPTS``: the daemons only)."""
     env = dict(os.environ)
     env.update(
         SPARK_HOME=str(SPARK_HOME),
@@ -46,6 +49,7 @@ def cluster_env(conf_dir: Path) -> dict[str, str]:
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_NO_DAEMONIZE="1",
+        SPARK_DAEMON_JAVA_OPTS=FAST_START_JAVA_OPTIONS,
     )
     return env
 

@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from quotaplane.archive import ArchiveRecord, ArchiveWriter
 from quotaplane.config import ConfigStore
 from quotaplane.spark import compact_log, compact_telemetry, throttle_report
 
-from ._standalone import StandaloneCluster, standalone_cluster
+from ._standalone import FAST_START_JAVA_OPTIONS, StandaloneCluster, standalone_cluster
 from .test_compact_log import _fill
 from .test_compact_telemetry import T0, _record, _roots
 
@@ -75,10 +76,13 @@ _DRIVER = (
     "        sys.exit(f'{argv[0]} failed')\n"
 )
 # small inputs: the local session fixture's settings (4 shuffle partitions instead of 200, no adaptive
-# execution), given as the CLI's --conf
+# execution), given as the CLI's --conf; the driver's and executors' JVMs start as the daemons' do
+# (``defaultJavaOptions``: put before the job's own ``extraJavaOptions``, which the session sets)
 _CONF = [
     *("--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.default.parallelism=4"),
     *("--conf", "spark.sql.adaptive.enabled=false"),
+    *("--conf", f"spark.driver.defaultJavaOptions={FAST_START_JAVA_OPTIONS}"),
+    *("--conf", f"spark.executor.defaultJavaOptions={FAST_START_JAVA_OPTIONS}"),
 ]
 
 
@@ -97,31 +101,40 @@ def _run_cli(cluster: StandaloneCluster, *commands: list[str]) -> list[dict]:
     return summaries
 
 
+def _run_local(spark: Any, data_dir: Path, log_dir: Path, out: Path) -> tuple[Any, Any, Any]:
+    """The embedded run (the session's local Spark), through the same public job functions the command calls."""
+    roots = _roots(data_dir)
+    log_local = compact_log(spark, log_dir, str(out / "history"))
+    telemetry_local = compact_telemetry(spark, roots, str(out / "telemetry"))
+    report_local = throttle_report(spark, roots, telemetry_local.points_dir, str(out / "report"))
+    return log_local, telemetry_local, report_local
+
+
 def test_jobs_on_a_standalone_cluster_equal_the_local_run(spark, tmp_path: Path) -> None:
     data_dir, log_dir = _write_inputs(tmp_path / "in")
     local_log = tmp_path / "local-config"
     shutil.copytree(log_dir, local_log)
     local, remote = tmp_path / "local", tmp_path / "remote"
 
-    # the embedded run (the session's local Spark), through the same public job functions the command calls
-    roots = _roots(data_dir)
-    log_local = compact_log(spark, local_log, str(local / "history"))
-    telemetry_local = compact_telemetry(spark, roots, str(local / "telemetry"))
-    report_local = throttle_report(spark, roots, telemetry_local.points_dir, str(local / "report"))
+    # the local run goes on in a thread while the cluster's JVMs start and its jobs run (independent: their
+    # own copy of the log, their own outputs; most of both is waiting on JVMs, not computing)
+    with ThreadPoolExecutor(1) as pool:
+        local_run = pool.submit(_run_local, spark, data_dir, local_log, local)
+        with standalone_cluster(tmp_path / "cluster") as cluster:
+            points = str(remote / "telemetry" / "points")
+            report_argv = ["throttle-report", "--data-dir", str(data_dir), "--output", str(remote / "report")]
+            log_remote, telemetry_remote, report_remote = _run_cli(
+                cluster,
+                ["compact-log", "--log-dir", str(log_dir), "--history", str(remote / "history")],
+                ["compact-telemetry", "--data-dir", str(data_dir), "--output", str(remote / "telemetry")],
+                [*report_argv, "--points", points],
+            )
+            # the work really ran in executors the workers started (one app per command, on both workers)
+            executor_logs = list((tmp_path / "cluster").glob("worker-*/app-*/*/stderr"))
+            assert {p.parents[2].name for p in executor_logs} == {"worker-0", "worker-1"}
+            assert len({p.parents[1].name for p in executor_logs}) == 3
+            log_local, telemetry_local, report_local = local_run.result()
     assert telemetry_local.points > 0 and report_local.decisions > 0 and log_local.events > 0
-
-    with standalone_cluster(tmp_path / "cluster") as cluster:
-        points = str(remote / "telemetry" / "points")
-        log_remote, telemetry_remote, report_remote = _run_cli(
-            cluster,
-            ["compact-log", "--log-dir", str(log_dir), "--history", str(remote / "history")],
-            ["compact-telemetry", "--data-dir", str(data_dir), "--output", str(remote / "telemetry")],
-            ["throttle-report", "--data-dir", str(data_dir), "--output", str(remote / "report"), "--points", points],
-        )
-        # the work really ran in executors the workers started (one app per command, on both workers)
-        executor_logs = list((tmp_path / "cluster").glob("worker-*/app-*/*/stderr"))
-        assert {p.parents[2].name for p in executor_logs} == {"worker-0", "worker-1"}
-        assert len({p.parents[1].name for p in executor_logs}) == 3
 
     assert log_remote["events"] == log_local.events and log_remote["end_offset"] == log_local.end_offset
     assert Path(log_remote["snapshot"]).read_bytes() == log_local.snapshot.read_bytes()
