@@ -49,3 +49,27 @@ def test_keys_resolved_after_the_image_moved_are_those_of_the_new_offset(tmp_pat
     offset, [key] = replica.resolve([item])
     assert (offset, key) == (controller.end_offset(), "PRODUCE\x00alice\x00c1")
     controller._store.close()  # the controller has no close of its own: Ray kills its process
+
+
+def test_bounds_are_the_quota_each_key_resolves_to_at_the_offset_they_are_stamped_with(tmp_path):
+    """What a leased share is cut from: Kafka's quota for the item's metric tags (None where none applies, or
+    where no quota of the type exists at all), cached per offset and dropped when the image moves."""
+    from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
+
+    controller = ConfigController(tmp_path / "log", fsync=False)
+    replica = LocalReplica(controller)
+    core = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+    items = [("PRODUCE", u, c, 1.0, NOW_MS) for u, c in (("alice", "c1"), ("alice", "c2"), ("bob", "c1"))]
+    items.append(("FETCH", "alice", "c1", 1.0, NOW_MS))
+    assert replica.resolve_bounds(items)[2] == [None, None, None, None]  # no quota at all: quotas disabled
+    ladder = [({"user": "alice"}, 1000.0), ({"user": "alice", "client-id": "c1"}, 300.0), ({"client-id": "c1"}, 50.0)]
+    for entity, bound in ladder:
+        set_quota(controller, entity, bound)
+        core.update_quota(ClientQuotaEntity(user=entity.get("user"), client_id=entity.get("client-id")), bound)
+        replica.follower.catch_up()
+        offset, keys, bounds = replica.resolve_bounds(items)
+        assert offset == controller.end_offset()
+        expected = [core.quota(u, c).bound if core.quota(u, c).bound < 2**63 - 1 else None for _, u, c, *_ in items[:3]]
+        assert bounds[:3] == expected and bounds[3] is None, (entity, bounds)
+        assert replica.resolve_bounds(items) == (offset, keys, bounds)  # from the cache, the same
+    controller._store.close()

@@ -14,6 +14,7 @@ Events reach the replica two ways, both through its ``ConfigFollower`` (same che
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 import sys
@@ -41,6 +42,8 @@ __all__ = ["DOUBLE_MAX_VALUE", "ConfigReplica"]
 
 log = logging.getLogger(__name__)
 
+#: A shard key whose quota is not in the cache yet (None is an answer: no quota applies).
+_UNRESOLVED = object()
 #: What an item is resolved by: its ``(quota type, user, client_id)``.
 _TAGS_KEY = operator.itemgetter(0, 1, 2)
 
@@ -203,19 +206,20 @@ class ConfigReplica:
                 self._bounds = {}
                 self._bounds_offset = offset
             cache = self._bounds
-            bounds: list[float | None] = []
-            for key in keys:
-                if key in cache:
-                    bounds.append(cache[key])
-                    continue
-                quota_type, user_tag, client_tag = key.split("\x00")  # names with NUL never pass the checks
-                manager = self.quotas.client_manager(quota_type)
-                bound = None
-                if manager.quotas_enabled():
-                    tags = {USER_TAG: user_tag, CLIENT_ID_TAG: client_tag}
-                    bound = self._callbacks[quota_type].quota_limit(manager.client_quota_type, tags)
-                bounds.append(cache.setdefault(key, bound))
+            bounds: list[Any] = list(map(cache.get, keys, itertools.repeat(_UNRESOLVED)))  # C loops
+            if _UNRESOLVED in bounds:
+                for index, key in enumerate(keys):
+                    if bounds[index] is _UNRESOLVED:
+                        bounds[index] = cache[key] = self._bound_of(key)
             return offset, keys, bounds
+
+    def _bound_of(self, key: str) -> float | None:
+        quota_type, user_tag, client_tag = key.split("\x00")  # names with NUL never pass the checks
+        manager = self.quotas.client_manager(quota_type)
+        if not manager.quotas_enabled():
+            return None
+        tags = {USER_TAG: user_tag, CLIENT_ID_TAG: client_tag}
+        return self._callbacks[quota_type].quota_limit(manager.client_quota_type, tags)
 
     def enabled_quota_types(self) -> tuple[int, dict[str, bool]]:
         """The offset and, per quota type, whether any quota of it is configured (Kafka's ``quotasEnabled``;
