@@ -1,16 +1,23 @@
 """The owning shard's side of leased budgets (issue 19): the :class:`~quotaplane.quota.LeaseBook` of the keys
 it owns, and the gateways' renewals served as the micro-batch kind ``"lease"``.
 
-A renewal item is ``(quota type, user, client_id, holder, rate, decided_locally, now_ms)``: one key of one
-gateway (``holder``), named by a client that records into it, as a usage item names one. The shard resolves the
-metric tags itself, exactly as for usage (the kind is fenced by config offset like usage, so the gateway's key
-and the shard's are the same), and so the key and the quota ``B`` it splits are the shard's own:
+A renewal item is ``(quota type, key, holder, rate, decided_locally, now_ms)``: one key of one gateway
+(``holder``). The key is the sensor's routing key (``usage_key``: the quota type and Kafka's metric tags, as
+the gateway's replica resolved them), and the gateway routes the item by it, so it reaches the shard that owns
+that sensor whatever the config did since; the shard needs nothing else, as everything a lease is about
+belongs to the tags:
 
 - ``decided_locally`` (what the gateway admitted under its lease since its last renewal) is recorded into the
-  entity's sensor first (``record_no_throttle``), so the shard's exact decisions for gateways without a lease,
-  its metrics (KIP-786's quota value beside the measured rate) and the next shares see the whole traffic;
-- the answer is the holder's new lease ``(share, bound, expires_ms)``, or None (no quota applies, the type is
-  not leased at this offset, or no room: the gateway asks the shard for each item until a renewal finds room).
+  tags' quota sensor first (as ``import_usage`` does, ``quota_sensor_for_tags``), so the shard's exact decisions
+  for gateways without a lease, its metrics and the next shares see the whole traffic;
+- the quota ``B`` it splits is the one the tags resolve to in the shard's own image (Kafka's
+  ``quotaLimit(tags)``); the answer is the holder's new lease ``(share, bound, expires_ms)``, or None (no quota
+  applies, the type is not leased here, the book is quiet, or no room: the gateway asks the shard for each item
+  until a renewal finds room).
+
+Not fenced by offset: a key is what it names at any offset (a config change that moves a client to other tags
+makes a new key; the old one's traffic stops and it is forgotten), and a bound one config change old is
+corrected at the next renewal, within a lease period, as any quota change is.
 
 **A new book grants nothing for one lease period.** Leases live at the gateways, not only in the book: a shard
 that restarted (or a standby that took over) starts with an empty book while the gateways may still hold
@@ -39,14 +46,14 @@ import math
 from collections.abc import Callable, Sequence
 
 from quotaplane.config import ConfigImage, LeaseSettings, lease_settings, shard_count_offset
-from quotaplane.quota import LeaseBook, LeaseRequest, QuotaManagers, QuotaType, usage_key
+from quotaplane.quota import CLIENT_ID_TAG, USER_TAG, LeaseBook, LeaseRequest, QuotaManagers, QuotaType
 
 from ._throttle_archive import ThrottleArchive
 
 __all__ = ["LeaseHost", "LeaseItem", "ThrottleItem"]
 
-#: ``(quota type, user, client_id, holder, rate, decided_locally, now_ms)``
-LeaseItem = tuple[str, str, str, str, float, float, int]
+#: ``(quota type, key, holder, rate, decided_locally, now_ms)``
+LeaseItem = tuple[str, str, str, float, float, int]
 #: ``(quota type, user, client_id, throttle_ms, now_ms)``
 ThrottleItem = tuple[str, str, str, int, int]
 _LEASABLE = {"PRODUCE": QuotaType.PRODUCE, "FETCH": QuotaType.FETCH}
@@ -88,20 +95,23 @@ class LeaseHost:
         for index, item in enumerate(items):
             if not (
                 type(item) is tuple
-                and len(item) == 7
+                and len(item) == 6
                 and item[0] in _LEASABLE
-                and all(isinstance(field, str) for field in item[1:4])
-                and item[3] != ""
+                and isinstance(item[1], str)
+                and item[1].count("\x00") == 2
+                and item[1].startswith(f"{item[0]}\x00")
+                and isinstance(item[2], str)
+                and item[2] != ""
+                and type(item[3]) in (int, float)
+                and (math.isnan(item[3]) or 0 <= item[3] < math.inf)
                 and type(item[4]) in (int, float)
-                and (math.isnan(item[4]) or 0 <= item[4] < math.inf)
-                and type(item[5]) in (int, float)
-                and 0 <= item[5] < math.inf
-                and type(item[6]) is int
-                and item[6] >= 0
+                and 0 <= item[4] < math.inf
+                and type(item[5]) is int
+                and item[5] >= 0
             ):
                 raise ValueError(
-                    f"item {index}: expected (PRODUCE or FETCH, user, client_id, holder, rate >= 0 or NaN, "
-                    "decided_locally >= 0, now_ms >= 0)"
+                    f"item {index}: expected (PRODUCE or FETCH, its key 'TYPE NUL user-tag NUL client-id-tag', "
+                    "holder, rate >= 0 or NaN, decided_locally >= 0, now_ms >= 0)"
                 )
 
     def serve(self, items: Sequence[LeaseItem]) -> list[tuple[float, float, int] | None]:
@@ -114,15 +124,15 @@ class LeaseHost:
         placement_offset = shard_count_offset(self._image())
         if self.quiet_until_ms is None or placement_offset != self._placement_offset:
             self._placement_offset = placement_offset
-            self.quiet_until_ms = max(item[6] for item in items) + settings.lease_ms
+            self.quiet_until_ms = max(item[5] for item in items) + settings.lease_ms
         answers: list[tuple[float, float, int] | None] = []
-        for type_name, user, client_id, holder, rate, decided_locally, now_ms in items:
-            quota_type = _LEASABLE[type_name]
-            manager = quotas.client_manager(quota_type)
+        for type_name, key, holder, rate, decided_locally, now_ms in items:
+            manager = quotas.client_manager(_LEASABLE[type_name])
+            _, user_tag, client_tag = key.split("\x00")
+            tags = {USER_TAG: user_tag, CLIENT_ID_TAG: client_tag}
             if decided_locally > 0:
-                manager.record_no_throttle(user, client_id, float(decided_locally), now_ms)
-            tags = manager.quota_metric(user, client_id).tags
-            key = usage_key(quota_type, tags)
+                sensor = manager.quota_sensor_for_tags(tags, now_ms)
+                sensor.record(float(decided_locally), now_ms, check_quotas=False)
             bound = None
             if type_name in settings.quota_types and manager.quotas_enabled() and now_ms >= self.quiet_until_ms:
                 bound = manager.quota_callback.quota_limit(manager.client_quota_type, tags)

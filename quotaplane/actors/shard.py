@@ -108,7 +108,7 @@ SERVE_KINDS = (
     "usage", "unrecord", "request", "mutation", "lease", "throttle",
     "producer_ids", "replication", "telemetry", "connection",
 )  # fmt: skip
-FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation", "lease", "throttle"})
+FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation", "throttle"})  # "lease" is routed by its key
 #: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
 #: on the first call past each interval of its callers' clock.
 HOUSEKEEPING_INTERVAL_MS = 30_000

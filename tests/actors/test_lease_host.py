@@ -30,7 +30,7 @@ def host(
     quotas.fetch.update_quota(ClientQuotaEntity(user="alice"), 1000.0)
     leases = LeaseHost(lambda: quotas, lambda: image)
     if not quiet:  # the first renewal starts the book's quiet period, over by T0
-        leases.serve([("PRODUCE", "nobody", "c", "g-start", 0.0, 0.0, T0 - lease_settings(image).lease_ms)])
+        leases.serve([("PRODUCE", "PRODUCE\x00nobody\x00", "g-start", 0.0, 0.0, T0 - lease_settings(image).lease_ms)])
         leases.renewals = 0
     return leases, quotas, image
 
@@ -45,10 +45,10 @@ def test_settings_default_to_exact_mode_and_read_the_cluster_default() -> None:
 
 def test_a_renewal_is_granted_from_the_shards_own_quota_and_records_what_was_decided_locally() -> None:
     leases, quotas, _ = host()
-    # two clients of alice share her user-level sensor (one key): the book splits 1000 B/s between two gateways
-    [first] = leases.serve([("PRODUCE", "alice", "app-1", "g0", 600.0, 0.0, T0)])
+    # alice's user-level sensor (one key, whatever her clients): the book splits 1000 B/s between two gateways
+    [first] = leases.serve([("PRODUCE", "PRODUCE\x00alice\x00", "g0", 600.0, 0.0, T0)])
     assert first is not None and first[1] == 1000.0 and first[2] == T0 + 1000
-    [second] = leases.serve([("PRODUCE", "alice", "app-2", "g1", 400.0, 250.0, T0 + 10)])
+    [second] = leases.serve([("PRODUCE", "PRODUCE\x00alice\x00", "g1", 400.0, 250.0, T0 + 10)])
     assert second is None or first[0] + second[0] <= 1000.0  # g0 holds it all until it renews
     assert [lease.holder for lease in leases.book.leases("PRODUCE\x00alice\x00", T0 + 10)] == ["g0"]
     # g1's locally decided 250 bytes are in alice's sensor, with Kafka's tags
@@ -57,7 +57,7 @@ def test_a_renewal_is_granted_from_the_shards_own_quota_and_records_what_was_dec
     reference.produce.record_no_throttle("alice", "other", 250.0, T0 + 10)
     expected = reference.produce.metrics.metric(reference.produce.quota_metric("alice", "x")).measurable_value(T0 + 10)
     assert metric.measurable_value(T0 + 10) == expected > 0
-    [shrunk] = leases.serve([("PRODUCE", "alice", "app-1", "g0", 600.0, 0.0, T0 + 500)])
+    [shrunk] = leases.serve([("PRODUCE", "PRODUCE\x00alice\x00", "g0", 600.0, 0.0, T0 + 500)])
     assert shrunk[0] == pytest.approx(600.0)  # its part of the two rates
     assert leases.stats() == {"renewals": 3, "granted": 2 + (second is not None), "keys": 1, "reported_throttles": 0}
 
@@ -67,31 +67,41 @@ def test_nothing_is_leased_without_a_quota_or_where_the_type_is_not_leased() -> 
     assert (
         leases.serve(
             [
-                ("PRODUCE", "alice", "c", "g0", 10.0, 0.0, T0),  # PRODUCE is not leased here
-                ("FETCH", "bob", "c", "g0", 10.0, 0.0, T0),  # no quota applies to bob
-                ("FETCH", "alice", "c", "g0", math.nan, 0.0, T0),  # no window yet: weighs nothing, still granted
+                ("PRODUCE", "PRODUCE\x00alice\x00", "g0", 10.0, 0.0, T0),  # PRODUCE is not leased here
+                ("FETCH", "FETCH\x00bob\x00", "g0", 10.0, 0.0, T0),  # no quota applies to bob
+                (
+                    "FETCH",
+                    "FETCH\x00alice\x00",
+                    "g0",
+                    math.nan,
+                    0.0,
+                    T0,
+                ),  # no window yet: weighs nothing, still granted
             ]
         )[:2]
         == [None, None]
     )
-    assert leases.serve([("FETCH", "alice", "c", "g0", math.nan, 0.0, T0)])[0] is not None
+    assert leases.serve([("FETCH", "FETCH\x00alice\x00", "g0", math.nan, 0.0, T0)])[0] is not None
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        ("REQUEST", "alice", "c", "g0", 1.0, 0.0, T0),
-        ("PRODUCE", "alice", "c", "", 1.0, 0.0, T0),
-        ("PRODUCE", "alice", "c", "g0", -1.0, 0.0, T0),
-        ("PRODUCE", "alice", "c", "g0", 1.0, math.inf, T0),
-        ("PRODUCE", "alice", "c", "g0", 1.0, 0.0, -1),
-        ("PRODUCE", "alice", "c", "g0", 1.0, 0.0),
-        ["PRODUCE", "alice", "c", "g0", 1.0, 0.0, T0],
+        ("REQUEST", "REQUEST\x00alice\x00", "g0", 1.0, 0.0, T0),
+        ("PRODUCE", "PRODUCE\x00alice\x00", "", 1.0, 0.0, T0),
+        ("PRODUCE", "FETCH\x00alice\x00", "g0", 1.0, 0.0, T0),  # a key of another type
+        ("PRODUCE", "PRODUCE\x00alice", "g0", 1.0, 0.0, T0),  # not a key
+        ("PRODUCE", "PRODUCE\x00alice\x00", "g0", math.inf, 0.0, T0),
+        ("PRODUCE", "PRODUCE\x00alice\x00", "g0", -1.0, 0.0, T0),
+        ("PRODUCE", "PRODUCE\x00alice\x00", "g0", 1.0, math.inf, T0),
+        ("PRODUCE", "PRODUCE\x00alice\x00", "g0", 1.0, 0.0, -1),
+        ("PRODUCE", "PRODUCE\x00alice\x00", "g0", 1.0, 0.0),
+        ["PRODUCE", "PRODUCE\x00alice\x00", "g0", 1.0, 0.0, T0],
     ],
 )
 def test_a_bad_renewal_is_refused_before_any_is_served(bad) -> None:
     leases, quotas, _ = host(quiet=True)
-    good = ("PRODUCE", "alice", "c", "g0", 1.0, 500.0, T0)
+    good = ("PRODUCE", "PRODUCE\x00alice\x00", "g0", 1.0, 500.0, T0)
     with pytest.raises(ValueError, match="item 1"):
         leases.serve([good, bad])
     assert leases.book.keys() == 0 and leases.renewals == 0 and leases.quiet_until_ms is None
@@ -103,15 +113,15 @@ def test_a_new_book_grants_nothing_for_a_lease_period_and_again_after_a_reshard(
     """Leases its previous incarnation (or a key's previous owner) granted may still be live at the gateways:
     a book that granted from nothing at once could hand the quota out twice."""
     leases, quotas, image = host(lease_ms="500", quiet=True)
-    renewal = ("PRODUCE", "alice", "c", "g0", 100.0, 40.0, T0)
+    renewal = ("PRODUCE", "PRODUCE\x00alice\x00", "g0", 100.0, 40.0, T0)
     assert leases.serve([renewal]) == [None]  # the first renewal: quiet until T0 + 500
     assert quotas.produce.metrics.metric(quotas.produce.quota_metric("alice", "c")) is not None  # bytes recorded
-    assert leases.serve([(*renewal[:6], T0 + 499)]) == [None]
-    [granted] = leases.serve([(*renewal[:6], T0 + 500)])
+    assert leases.serve([(*renewal[:5], T0 + 499)]) == [None]
+    [granted] = leases.serve([(*renewal[:5], T0 + 500)])
     assert granted is not None and granted[0] == 1000.0
     image.apply(image.end_offset, config_event(ConfigResourceType.BROKER, "", "quotaplane.shard.count", "3"))
-    assert leases.serve([(*renewal[:6], T0 + 600)]) == [None]  # a reshard: quiet again, until T0 + 1100
-    assert leases.serve([(*renewal[:6], T0 + 1100)])[0] is not None
+    assert leases.serve([(*renewal[:5], T0 + 600)]) == [None]  # a reshard: quiet again, until T0 + 1100
+    assert leases.serve([(*renewal[:5], T0 + 1100)])[0] is not None
 
 
 def test_throttles_answered_at_a_gateway_are_recorded_as_the_shards_own() -> None:

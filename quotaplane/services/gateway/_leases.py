@@ -22,6 +22,7 @@ answered to the client but, unlike the shard's, not recorded in the throttle-tim
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 import os
@@ -41,6 +42,7 @@ __all__ = ["GatewayLeases", "holder_id"]
 log = logging.getLogger(__name__)
 
 _TYPE = operator.itemgetter(0)
+_TYPE_AND_TIME = operator.itemgetter(0, 4)
 #: Local throttles kept for the next report at most (a bound on memory when the shards are unreachable).
 _MAX_UNREPORTED_THROTTLES = 100_000
 #: Renewals per lease period: a lease is renewed at half its life, so one lost renewal does not end it.
@@ -60,8 +62,6 @@ class GatewayLeases:
         self.holder = holder or holder_id()
         self.lock = threading.Lock()
         self._holders: dict[str, LeaseHolder] = {}
-        #: (quota type, key) -> a (user, client_id) that records into it: what a renewal names the key by
-        self._clients: dict[tuple[str, str], tuple[str, str]] = {}
         #: non-zero throttles answered here, not yet reported: ``(type, user, client_id, throttle_ms, now_ms)``
         self._throttled: list[tuple[str, str, str, int, int]] = []
         #: throttles not reported (more than ``_MAX_UNREPORTED_THROTTLES`` between rounds, or a failed report)
@@ -108,17 +108,17 @@ class GatewayLeases:
             chosen_items = [items[i] for i in chosen]
         offset, keys, bounds = self.gateway.replica.resolve_bounds(chosen_items)
         out: list[int | None] = [None] * len(items)
-        groups: dict[tuple[str, int], list[int]] = {}
-        for position, (quota_type, _, _, _, now_ms) in enumerate(chosen_items):
-            group = groups.get((quota_type, now_ms))
-            if group is None:
-                groups[(quota_type, now_ms)] = [position]
-            else:
-                group.append(position)
+        # the items by (quota type, time), a column at a time (C loops): usually one group, the whole batch
+        pairs = list(map(_TYPE_AND_TIME, chosen_items))
+        distinct = set(pairs)
+        groups: dict[tuple[str, int], Sequence[int]] = (
+            {pairs[0]: range(len(pairs))}
+            if len(distinct) == 1
+            else {pair: list(itertools.compress(itertools.count(), map(pair.__eq__, pairs))) for pair in distinct}
+        )
         with self.lock:
             if set(self._holders) - leased_types:
                 self._drop(set(self._holders) - leased_types)
-            clients = self._clients
             for (quota_type, now_ms), positions in groups.items():
                 whole = len(positions) == len(chosen_items)
                 group_keys = keys if whole else [keys[p] for p in positions]
@@ -128,18 +128,18 @@ class GatewayLeases:
                     bounds if whole else [bounds[p] for p in positions],
                     now_ms,
                 )
-                throttled = self._throttled
-                for position, key, answer in zip(positions, group_keys, answers, strict=True):
-                    if (quota_type, key) not in clients:
-                        clients[(quota_type, key)] = chosen_items[position][1:3]
-                    if answer is not None:
+                if whole and isinstance(chosen, range):
+                    out = list(answers)  # the usual batch: one quota type, one time, every item leased
+                else:
+                    for position, answer in zip(positions, answers, strict=True):
                         out[chosen[position]] = answer
-                        if answer:  # reported to the owning shard for the throttle-time metric and archive
-                            if len(throttled) < _MAX_UNREPORTED_THROTTLES:
-                                _, user, client_id, _, _ = chosen_items[position]
-                                throttled.append((quota_type, user, client_id, answer, now_ms))
-                            else:
-                                self.throttles_dropped += 1
+                # non-zero throttles answered here: reported to the owning shard (throttle-time metric, archive)
+                for at in [i for i, answer in enumerate(answers) if answer]:
+                    if len(self._throttled) >= _MAX_UNREPORTED_THROTTLES:
+                        self.throttles_dropped += 1
+                        continue
+                    _, user, client_id, _, _ = chosen_items[positions[at]]
+                    self._throttled.append((quota_type, user, client_id, answers[at], now_ms))
             local = len(items) - out.count(None)
             self.local_decisions += local
             self.shard_decisions += len(chosen_items) - local
@@ -164,8 +164,6 @@ class GatewayLeases:
         """Quota types no longer leased: their leases end here (the shards' books let them expire)."""
         for quota_type in quota_types:
             self._holders.pop(quota_type, None)
-            for entry in [e for e in self._clients if e[0] == quota_type]:
-                del self._clients[entry]
 
     # --- renewals -----------------------------------------------------------------------------------------
     def _renew_loop(self) -> None:
@@ -209,24 +207,20 @@ class GatewayLeases:
             items: list[Any] = []
             asked: list[tuple[str, LeaseRequest]] = []
             for quota_type, batch in requests.items():
-                clients = {}
                 for request in batch:
-                    named = self._clients.get((quota_type, request.key))
-                    if named is None:  # cannot happen: every key a holder tracks was named by a decided item
-                        continue
-                    user, client_id = clients[(quota_type, request.key)] = named
-                    items.append(
-                        (quota_type, user, client_id, self.holder, request.rate, request.decided_locally, now_ms)
-                    )
+                    items.append((quota_type, request.key, self.holder, request.rate, request.decided_locally, now_ms))
                     asked.append((quota_type, request))
-                # keys the holder forgot leave with it; keys added meanwhile come back at their next decision
-                for entry in [e for e in self._clients if e[0] == quota_type and e not in clients]:
-                    del self._clients[entry]
         if not items:
             return 0
         self.renewals += 1
+        keys = [item[1] for item in items]
+
+        def by_key(_items: list[Any], indices: Sequence[int] | None) -> tuple[int, list[str]]:
+            """Routed by the sensor's key itself: to its owner whatever the config did since (not fenced)."""
+            return self.gateway.replica.offset, keys if indices is None else [keys[i] for i in indices]
+
         try:
-            _, answers = self.gateway.wait(self.gateway.submit("lease", items, 1.0))
+            _, answers = self.gateway.wait(self.gateway.submit("lease", items, 1.0, by_key))
         except Exception:
             self.renewal_failures += 1
             with self.lock:
