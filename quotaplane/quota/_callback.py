@@ -116,6 +116,10 @@ class DefaultQuotaCallback:
             self._count(key, +1)
         self._quotas[key] = float(new_value)
 
+    def has_quota(self, entity: ClientQuotaEntity) -> bool:
+        """Whether ``entity`` has a quota now (changing its bound then changes no client's metric tags)."""
+        return entity.key in self._quotas
+
     def remove_quota(self, quota_type: ClientQuotaType, entity: ClientQuotaEntity) -> None:
         key = entity.key
         if self._quotas.pop(key, None) is not None:

@@ -516,11 +516,21 @@ class ClientQuotaManager:
         """
         if not isinstance(entity, ClientQuotaEntity):
             raise ValueError(f"expected a ClientQuotaEntity, got {type(entity).__name__}")
+        callback = self.quota_callback
+        # Kafka's tags depend on which entities have quotas, not on their bounds: a new bound of an entity that
+        # has one resolves every client as before, so the cached sensors stay (a lease's share changes often)
+        same_entities = (
+            bound is not None
+            and not self._custom
+            and isinstance(callback, DefaultQuotaCallback)
+            and callback.has_quota(entity)
+        )
         if bound is None:
-            self.quota_callback.remove_quota(self.client_quota_type, entity)
+            callback.remove_quota(self.client_quota_type, entity)
         else:
-            self.quota_callback.update_quota(self.client_quota_type, entity, _check_bound(bound))
-        self._clear_sensor_cache()  # metric tags may resolve differently now
+            callback.update_quota(self.client_quota_type, entity, _check_bound(bound))
+        if not same_entities:
+            self._clear_sensor_cache()  # metric tags may resolve differently now
         if entity.user is DEFAULT or entity.client_id is DEFAULT:
             self.update_quota_metric_configs(None)  # a default may apply to many sensors
         else:

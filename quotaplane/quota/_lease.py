@@ -32,6 +32,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..metrics import KafkaMetric
 from ._client import ClientQuotaManager, ClientQuotaManagerConfig, _check_value
 from ._types import ClientQuotaEntity, QuotaType
 
@@ -39,6 +40,8 @@ __all__ = ["DEFAULT_LEASE_MS", "DEFAULT_MIN_SHARE_FRACTION", "Lease", "LeaseBook
 
 #: How long a lease is valid; holders renew every half of it.
 DEFAULT_LEASE_MS = 1000
+#: A share that grew by less than this fraction leaves a holder's local quota where it was (below the share).
+SHARE_SLACK = 0.01
 #: The smallest share a live holder's weight may fall to, as a fraction of the even split ``B / n``.
 DEFAULT_MIN_SHARE_FRACTION = 0.05
 
@@ -197,6 +200,8 @@ class LeaseHolder:
         self._active: set[str] = set()  # keys seen since the last renewal
         self._local: dict[str, float] = {}  # key -> value decided here (under a lease) since the last renewal
         self._bounds: dict[str, float | None] = {}  # key -> the quota the replica resolved, for the report
+        self._applied: dict[str, float] = {}  # key -> the local quota set for its lease (at most its share)
+        self._metrics: dict[str, KafkaMetric] = {}  # key -> its local quota metric (renewals measure it)
 
     def _name(self, key: str) -> str:
         name = self._names.get(key)
@@ -231,8 +236,8 @@ class LeaseHolder:
             bound = self._bounds[key] = bounds.get(key)
             name = self._name(key)
             if bound is None and key in bounds:
-                if self._leases.pop(key, None) is not None:
-                    self.manager.update_quota(ClientQuotaEntity(client_id=name), None)
+                if key in self._leases:
+                    self._end_lease(key, name)
             elif self.lease(key, now_ms) is None:
                 out.append(None)
                 continue
@@ -270,8 +275,7 @@ class LeaseHolder:
             name = names.get(key) or self._name(key)
             if bound is None:  # no quota: Kafka answers 0 and only records (see ``decide``)
                 if key in leases:
-                    del leases[key]
-                    self.manager.update_quota(ClientQuotaEntity(client_id=name), None)
+                    self._end_lease(key, name)
                 here = True
             else:
                 lease = leases.get(key)
@@ -302,29 +306,43 @@ class LeaseHolder:
         if name is not None:
             self.manager.unrecord_quota_sensor("", name, value, now_ms)
 
-    def renewal(self, now_ms: int) -> list[LeaseRequest]:
+    def renewal(self, now_ms: int, keys: Iterable[str] | None = None) -> list[LeaseRequest]:
         """What to send the shard now: one request a key seen since the last renewal, or holding a lease while
-        its window still holds traffic; the values decided locally are reset, as they are reported.
+        its window still holds traffic; the values decided locally are reset, as they are reported. ``keys``:
+        only those (a caller renewing in parts, so that no part holds its lock long); None: every key.
 
         A key this gateway saw nothing of for a whole quota window (its rate is 0) is forgotten: its lease is
         dropped here (the book counts it until it expires) and its local sensor removed, so an idle key holds
         no share of the quota and a churn of keys does not grow the gateway."""
         requests = []
-        for key in list(self._names):
+        active = self._active
+        names = self._names
+        for key in list(names) if keys is None else keys:
+            if key not in names:
+                continue  # forgotten since the caller listed it
             rate = self.rate(key, now_ms)
-            if key not in self._active and not rate > 0.0:
+            if key not in active and not rate > 0.0:
                 self._forget(key)
                 continue
+            active.discard(key)
             requests.append(LeaseRequest(key, self._bounds.get(key), rate, self._local[key]))
             self._local[key] = 0.0
-        self._active.clear()
         return requests
+
+    def tracked(self) -> list[str]:
+        """The keys this holder tracks now (what a renewal in parts goes through)."""
+        return list(self._names)
 
     def rate(self, key: str, now_ms: int) -> float:
         """This gateway's rate of ``key`` as its Kafka sensor measures it (NaN before a window; 0 untracked)."""
-        name = self._names.get(key)
-        metric = None if name is None else self.manager.metrics.metric(self.manager.quota_metric("", name))
-        return metric.measurable_value(now_ms) if metric is not None else 0.0
+        metric = self._metrics.get(key)
+        if metric is None:
+            name = self._names.get(key)
+            metric = None if name is None else self.manager.metrics.metric(self.manager.quota_metric("", name))
+            if metric is None:
+                return 0.0
+            self._metrics[key] = metric  # only this holder removes its sensors (``_forget``), and drops it then
+        return metric.measurable_value(now_ms)
 
     def restore(self, requests: Iterable[LeaseRequest]) -> None:
         """A renewal that did not reach the shard: its locally decided values are reported at the next one
@@ -334,12 +352,19 @@ class LeaseHolder:
             self._local[request.key] += request.decided_locally
             self._active.add(request.key)
 
+    def _end_lease(self, key: str, name: str) -> None:
+        """No lease for ``key`` any more: its local quota goes (the shard decides its items)."""
+        self._leases.pop(key, None)
+        if self._applied.pop(key, None) is not None:
+            self.manager.update_quota(ClientQuotaEntity(client_id=name), None)
+
     def _forget(self, key: str) -> None:
         name = self._names.pop(key)
+        self._active.discard(key)
         self._local.pop(key, None)
         self._bounds.pop(key, None)
-        if self._leases.pop(key, None) is not None:
-            self.manager.update_quota(ClientQuotaEntity(client_id=name), None)
+        self._metrics.pop(key, None)
+        self._end_lease(key, name)
         quota_type = self.manager.quota_type
         for sensor in (f"{quota_type}-:{name}", f"{quota_type}ThrottleTime-:{name}", f"{quota_type}QuotaValue-:{name}"):
             self.manager.metrics.remove_sensor(sensor)
@@ -360,12 +385,14 @@ class LeaseHolder:
                 continue
             entity = ClientQuotaEntity(client_id=name)
             if lease is None:
-                if self._leases.pop(key, None) is not None:
-                    self.manager.update_quota(entity, None)
+                self._end_lease(key, name)
                 continue
             if lease.holder != self.holder or lease.key != key:
                 raise ValueError(f"a lease of {lease.holder!r} for {lease.key!r} given to {self.holder!r} for {key!r}")
-            previous = self._leases.get(key)
             self._leases[key] = lease
-            if previous is None or previous.share != lease.share:
+            applied = self._applied.get(key)
+            # a share that grew by less than SHARE_SLACK keeps the local quota where it is (below the share, so
+            # the bound holds): re-configuring the core on every renewal of every key costs more than it buys
+            if applied is None or lease.share < applied or lease.share > applied * (1.0 + SHARE_SLACK):
                 self.manager.update_quota(entity, lease.share)
+                self._applied[key] = lease.share

@@ -45,6 +45,8 @@ _TYPE = operator.itemgetter(0)
 _TYPE_AND_TIME = operator.itemgetter(0, 4)
 #: Local throttles kept for the next report at most (a bound on memory when the shards are unreachable).
 _MAX_UNREPORTED_THROTTLES = 100_000
+#: Keys measured per hold of the lock in a renewal round.
+_RENEWAL_PART = 256
 #: Renewals per lease period: a lease is renewed at half its life, so one lost renewal does not end it.
 _RENEWALS_PER_LEASE = 2
 
@@ -201,13 +203,22 @@ class GatewayLeases:
         return len(throttled)
 
     def _renew_leases(self) -> int:
-        with self.lock:  # the time read under the lock: no decision recorded after it (a window measured late)
-            now_ms = self.gateway.clock()
-            requests = {quota_type: holder.renewal(now_ms) for quota_type, holder in self._holders.items()}
-            items: list[Any] = []
-            asked: list[tuple[str, LeaseRequest]] = []
-            for quota_type, batch in requests.items():
-                for request in batch:
+        requests: dict[str, list[LeaseRequest]] = {}
+        items: list[Any] = []
+        asked: list[tuple[str, LeaseRequest]] = []
+        with self.lock:
+            tracked = {quota_type: holder.tracked() for quota_type, holder in self._holders.items()}
+        for quota_type, keys in tracked.items():
+            # in parts, the lock taken for each: measuring thousands of windows would stall the decisions
+            for start in range(0, len(keys), _RENEWAL_PART):
+                with self.lock:  # the time read under the lock: no decision recorded after it (a window measured late)
+                    holder = self._holders.get(quota_type)
+                    if holder is None:
+                        break
+                    now_ms = self.gateway.clock()
+                    part = holder.renewal(now_ms, keys[start : start + _RENEWAL_PART])
+                requests.setdefault(quota_type, []).extend(part)
+                for request in part:
                     items.append((quota_type, request.key, self.holder, request.rate, request.decided_locally, now_ms))
                     asked.append((quota_type, request))
         if not items:
