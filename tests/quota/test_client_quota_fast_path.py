@@ -12,7 +12,7 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quotaplane.quota import ClientQuotaManager, QuotaType
+from quotaplane.quota import ClientQuotaEntity, ClientQuotaManager, ClientQuotaManagerConfig, QuotaType
 from quotaplane.quota import _client as client_module
 
 from ._client_quota_support import metric_values
@@ -54,3 +54,28 @@ def test_fast_path_is_taken_for_byte_rate_sensors() -> None:
     sensors = mgr.get_or_create_quota_sensors("alice", "c1", 1_700_000_000_000)
     assert sensors.rate_metric is not None
     assert sensors.rate_metric.metric_name == mgr.quota_metric("alice", "c1")
+
+
+@SETTINGS
+@given(
+    bounds=st.lists(st.sampled_from([50.0, 400.0, 5000.0, 1e6]), min_size=2, max_size=6),
+    values=st.lists(st.floats(0.0, 3000.0), min_size=1, max_size=8),
+)
+def test_a_new_bound_of_an_entity_with_a_quota_keeps_the_cache_and_answers_as_a_rebuilt_manager(bounds, values) -> None:
+    """A bound changed on an entity that has one resolves every client's tags as before, so the manager keeps its
+    cached sensors (a lease's share changes at every renewal); its answers equal a manager whose cache is
+    emptied at every change (what it did before)."""
+    kept = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+    emptied = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+    entity = ClientQuotaEntity(client_id="c")
+    now = 1_700_000_000_000
+    for step, bound in enumerate(bounds):
+        kept.update_quota(entity, bound)
+        emptied.update_quota(entity, bound)
+        emptied._clear_sensor_cache()
+        if step:
+            assert kept._sensors, "the cache was kept"
+        for value in values:
+            now += 37
+            assert kept.record_batch([("u", "c", value)], now) == emptied.record_batch([("u", "c", value)], now)
+    assert metric_values(kept.metrics, now) == metric_values(emptied.metrics, now)
