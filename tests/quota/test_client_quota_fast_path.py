@@ -63,16 +63,16 @@ def test_fast_path_is_taken_for_byte_rate_sensors() -> None:
 )
 def test_a_new_bound_of_an_entity_with_a_quota_keeps_the_cache_and_answers_as_a_rebuilt_manager(bounds, values) -> None:
     """A bound changed on an entity that has one resolves every client's tags as before, so the manager keeps its
-    cached sensors (a lease's share changes at every renewal); its answers equal a manager whose cache is
-    emptied at every change (what it did before)."""
+    cached sensors (a lease's share changes at every renewal); its answers equal a manager that goes the full
+    way at every change (the entity removed and set again: cache emptied, every metric's bound set)."""
     kept = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
     emptied = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
     entity = ClientQuotaEntity(client_id="c")
     now = 1_700_000_000_000
     for step, bound in enumerate(bounds):
         kept.update_quota(entity, bound)
+        emptied.update_quota(entity, None)  # removed and set again: the full path (cache emptied, configs set)
         emptied.update_quota(entity, bound)
-        emptied._clear_sensor_cache()
         if step:
             assert kept._sensors, "the cache was kept"
         for value in values:
