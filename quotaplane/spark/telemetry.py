@@ -49,7 +49,7 @@ from ._session import JobInputError
 from ._util import SetAccumulator
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = ["POINT_SCHEMA", "TELEMETRY_STREAM", "TelemetryCompaction", "compact_telemetry", "decode_telemetry"]
 
@@ -117,6 +117,40 @@ def points_of(pushes: DataFrame) -> DataFrame:
     return spread.select(*POINT_ARROW_SCHEMA.names)
 
 
+#: The values the decoder gives ``type`` (OTLP's five kinds of metric data) and ``temporality`` (or null): the
+#: rollups carry them through their aggregations as one small number (``_kind_code``), which Spark can hash.
+_TYPES = ("gauge", "sum", "histogram", "exponential_histogram", "summary")
+_TEMPORALITIES = ("delta", "cumulative")
+
+
+def _kind_code() -> Column:
+    """A point's (type, temporality) as one int: 3 x (type's place in ``_TYPES``, from 1) + (temporality's in
+    ``_TEMPORALITIES``, from 1; 0 for null). Why: a string in an aggregation's buffer (``first("type")``)
+    is not hash-aggregatable, and made Spark sort the points for the minute groups. A value outside
+    those fails the job (it would not come back as it went in)."""
+    from pyspark.sql import functions as F
+
+    kind, temporality = F.col("type"), F.col("temporality")
+    type_at = F.array_position(F.array(*map(F.lit, _TYPES)), kind)
+    temporality_at = F.coalesce(F.array_position(F.array(*map(F.lit, _TEMPORALITIES)), temporality), F.lit(0))
+    unknown = (type_at == 0) | (temporality.isNotNull() & (temporality_at == 0))
+    message = F.concat(F.lit("rollups: unknown metric type or temporality: "), F.concat_ws("/", kind, temporality))
+    return F.when(unknown, F.raise_error(message)).otherwise(type_at * 3 + temporality_at).cast("int")
+
+
+def _kind_columns(code: Column) -> tuple[Column, Column]:
+    """``_kind_code``'s (type, temporality) back."""
+    from pyspark.sql import functions as F
+
+    temporality_at = code % 3
+    return (
+        F.element_at(F.array(*map(F.lit, _TYPES)), (code / 3).cast("int")).alias("type"),
+        F.when(temporality_at == 0, F.lit(None).cast("string"))
+        .otherwise(F.element_at(F.array(*map(F.lit, _TEMPORALITIES)), temporality_at))
+        .alias("temporality"),
+    )
+
+
 def rollups_of(points: DataFrame) -> DataFrame:
     """Per (date, hour, client_instance_id, metric, minute) rollups of ``points`` (module docstring),
     sorted within each task by the group keys (the writer's (date, hour) order first).
@@ -128,6 +162,15 @@ def rollups_of(points: DataFrame) -> DataFrame:
     has no previous row at all: two lags (value, start time), where telling the previous row's series
     from this one's took seven (three of them of the attribute array, each compared) and an eighth of
     the rollups' time.
+
+    The minute groups are hash aggregations, three nested ones, with no sort of the points: ``last``
+    is the value of the latest point by (time, receive time), the largest value among points equal in
+    both (as ``max_by(value, struct(time_ms, received_ms, value))`` had it, whose struct buffer, like
+    ``first`` of a string, made Spark sort every point for a sort aggregation). The first aggregation
+    (by the minute, time and receive time) takes the largest value of equal points, the second (by the
+    minute and time) the value of the latest receive time, the third (by the minute) that of the
+    latest time: each a ``max_by`` over a primitive, whose ordering has no ties in its group. The
+    groups' count, min, max and sum fold through the three.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -153,21 +196,42 @@ def rollups_of(points: DataFrame) -> DataFrame:
             F.when(F.col("temporality") == "cumulative", cumulative_increase).otherwise(F.col("value")),
         )
         .withColumn("bucket_ms", F.col("time_ms") - F.col("time_ms") % 60_000)
+        .withColumn("_kind", _kind_code())
     )
-    return (
-        with_increase.groupBy(*keys, "bucket_ms")
-        .agg(
-            F.first("type").alias("type"),
-            F.first("temporality").alias("temporality"),
-            F.count("value").alias("count"),
-            F.min("value").alias("min"),
-            F.max("value").alias("max"),
-            F.sum("_increase").alias("sum"),
-            F.max_by("value", F.struct("time_ms", "received_ms", "value")).alias("last"),
-            F.timestamp_millis(F.col("bucket_ms")).alias("bucket"),
-        )
-        .sortWithinPartitions(*keys, "bucket_ms")
+    minute = (*keys, "bucket_ms")
+    moments = with_increase.groupBy(*minute, "time_ms", "received_ms").agg(
+        F.first("_kind").alias("_kind"),
+        F.count("value").alias("count"),
+        F.min("value").alias("min"),
+        F.max("value").alias("max"),
+        F.sum("_increase").alias("sum"),
     )
+    times = moments.groupBy(*minute, "time_ms").agg(
+        F.first("_kind").alias("_kind"),
+        F.sum("count").alias("count"),
+        F.min("min").alias("min"),
+        F.max("max").alias("max"),
+        F.sum("sum").alias("sum"),
+        F.max_by("max", "received_ms").alias("last"),
+    )
+    minutes = times.groupBy(*minute).agg(
+        F.first("_kind").alias("_kind"),
+        F.sum("count").alias("count"),
+        F.min("min").alias("min"),
+        F.max("max").alias("max"),
+        F.sum("sum").alias("sum"),
+        F.max_by("last", "time_ms").alias("last"),
+    )
+    return minutes.select(
+        *minute,
+        *_kind_columns(F.col("_kind")),
+        "count",
+        "min",
+        "max",
+        "sum",
+        "last",
+        F.timestamp_millis(F.col("bucket_ms")).alias("bucket"),
+    ).sortWithinPartitions(*minute)
 
 
 def compact_telemetry(

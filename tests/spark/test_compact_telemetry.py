@@ -344,3 +344,69 @@ def test_each_segment_is_decoded_in_a_task_of_its_own(spark, archive: Path) -> N
         assert tasks() == segments
     assert spark.conf.get("spark.sql.files.openCostInBytes", None) == before
     assert tasks() < segments
+
+
+# every kind of metric data, and its temporality, for the rollups' (type, temporality) code
+_ALL_KINDS = {**_METRICS, "e": ("exponential_histogram", "delta"), "s": ("summary", None)}
+
+
+@st.composite
+def _tied_rollup_rows(draw: st.DrawFn) -> list[tuple]:
+    """Points whose (time, receive time) pairs repeat across series (a push's points of one metric with
+    different attributes): few moments, two minutes, so most minute groups have ties at their latest
+    moment, with different values (or missing ones). A series has each moment once (the order of equal
+    ones in a series is not defined)."""
+    rows, seen = [], set()
+    for _ in range(draw(st.integers(0, 40))):
+        date, hour = draw(st.sampled_from([(date_(2023, 11, 14), 23), (date_(2023, 11, 15), 0)]))
+        client = draw(st.sampled_from(["id-0", "id-1"]))
+        metric = draw(st.sampled_from(sorted(_ALL_KINDS)))
+        kind, temporality = _ALL_KINDS[metric]
+        attributes = draw(st.sampled_from(_ATTRIBUTE_SETS))
+        time_ms = T0 + draw(st.sampled_from([0, 1_000, 59_999, 60_000, 61_000]))
+        received_ms = time_ms + draw(st.integers(0, 1))
+        series = (date, hour, client, metric, tuple(sorted((attributes or {}).items())))
+        if (series, time_ms, received_ms) in seen:
+            continue
+        seen.add((series, time_ms, received_ms))
+        value = draw(st.one_of(st.integers(-3, 3).map(float), st.none() if kind == "histogram" else st.nothing()))
+        start = draw(st.sampled_from([None, T0]))
+        rows.append((date, hour, client, metric, kind, temporality, attributes, time_ms, received_ms, value, start))
+    return rows
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=_tied_rollup_rows())
+def test_rollup_last_of_tied_points_is_their_largest_value(spark, rows: list[tuple]) -> None:
+    """``last`` of a minute whose latest (time, receive time) several points share is the largest of
+    their values (a missing one the smallest): what ``max_by(value, struct(time_ms, received_ms, value))``
+    gave before the minute groups became hash aggregations; and every kind's type and temporality
+    come back as they went in."""
+    from quotaplane.spark.telemetry import rollups_of
+
+    got = {
+        (r.date, r.hour, r.client_instance_id, r.metric, r.bucket_ms): (
+            r.type,
+            r.temporality,
+            r["count"],
+            r["min"],
+            r["max"],
+            r["sum"],
+            r["last"],
+        )
+        for r in rollups_of(spark.createDataFrame(rows, _ROLLUP_INPUT)).collect()
+    }
+    assert got == _reference_rollups(rows)
+
+
+def test_rollups_fail_on_a_type_they_could_not_give_back(spark) -> None:
+    """The rollups carry (type, temporality) as a code of the values the decoder gives: anything else
+    fails the job rather than coming back as null or as another type."""
+    from quotaplane.spark.telemetry import rollups_of
+
+    row = (date_(2023, 11, 14), 23, "id-0", "g", "gauge", None, None, T0, T0, 1.0, None)
+    assert [r.type for r in rollups_of(spark.createDataFrame([row], _ROLLUP_INPUT)).collect()] == ["gauge"]
+    for kind, temporality in (("weird", None), ("sum", "sideways")):
+        bad = (*row[:4], kind, temporality, *row[6:])
+        with pytest.raises(Exception, match="unknown metric type or temporality"):
+            rollups_of(spark.createDataFrame([bad], _ROLLUP_INPUT)).collect()
