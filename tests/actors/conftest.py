@@ -1,10 +1,12 @@
-"""One real local Ray cluster for the whole session, with every file it writes under pytest's tmp dir."""
+"""One real local Ray cluster shared by the modules using ``ray_cluster``, with every file it writes under pytest's
+tmp dir."""
 
 from __future__ import annotations
 
 import secrets
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,10 +19,8 @@ from tests.support import environment
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """``ray.init`` once per module (and ``ray.shutdown`` after it, so later tests, e.g. ``launch()`` in
-    tests/services, can start their own Ray in this process).
+def _start_ray(tmp_path_factory: pytest.TempPathFactory) -> ExitStack:
+    """``ray.init`` of a private local Ray, undone (``ray.shutdown``, the environment put back) by closing the stack.
 
     Ray 2.60 writes its session under ``/tmp/ray`` and a generated auth token to
     ``~/.ray/auth_token`` unless told otherwise: the temp dir goes to pytest's tmp dir and the token is
@@ -28,8 +28,10 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     at import, so it is left unset and Ray enables token mode when it finds ``RAY_AUTH_TOKEN``).
     Note: plain ``ray`` with opentelemetry-proto installed hangs in ``ray.init``; ``ray[default]`` does not."""
     temp_dir = tmp_path_factory.mktemp("ray")
+    stack = ExitStack()
     # RAY_AUTH_MODE unset: Ray finds the token and turns token auth on itself
-    with environment(RAY_TMPDIR=str(temp_dir), RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)):
+    stack.enter_context(environment(RAY_TMPDIR=str(temp_dir), RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)))
+    try:
         # Ray caches the token per process: without this a module's Ray after another's runs its GCS with the
         # new token while the driver sends the old one ("Failed to start GCS")
         forget_ray_auth_token()
@@ -40,10 +42,81 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             namespace="quotaplane-tests",
             log_to_driver=False,
         )
-        try:
-            yield
-        finally:
-            ray.shutdown()
+    except BaseException:
+        stack.close()
+        raise
+    stack.callback(ray.shutdown)
+    return stack
+
+
+class _SharedRay:
+    """The Ray every module asking for ``ray_cluster`` shares, started on first use (starting one costs seconds).
+
+    A process holds one Ray at a time, and tests elsewhere start their own (``launch()`` in tests/services, a
+    module's own ``ray.init``): so the modules using it run one after the other (``pytest_collection_modifyitems``)
+    and it stops (``ray.shutdown``) when the next test is in a module that does not use it
+    (``pytest_runtest_teardown``). A module asking for it after that gets a new one. The modules name their actors
+    with prefixes of their own and kill them after each test, so they do not meet in the shared namespace."""
+
+    def __init__(self) -> None:
+        self.stack: ExitStack | None = None
+
+    def start(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        if self.stack is None:
+            self.stack = _start_ray(tmp_path_factory)
+
+    def close(self) -> None:
+        stack, self.stack = self.stack, None
+        if stack is not None:
+            stack.close()
+
+
+_RAY = _SharedRay()
+#: the modules with a test using ``ray_cluster``, as collected
+_RAY_MODULES: set[object] = set()
+
+
+def _uses_ray(item: pytest.Item) -> bool:
+    return "ray_cluster" in getattr(item, "fixturenames", ())
+
+
+@pytest.fixture(scope="session")
+def _shared_ray() -> Iterator[_SharedRay]:
+    """Stops the shared Ray at the end of the session at the latest (normally it stops earlier)."""
+    try:
+        yield _RAY
+    finally:
+        _RAY.close()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(_shared_ray: _SharedRay, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A local Ray for the module, shared with the other modules of tests/actors using it (``_SharedRay``)."""
+    _shared_ray.start(tmp_path_factory)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the modules using ``ray_cluster`` one after the other, where the first of them is, in the order given
+    (the modules between them move after them), so that one Ray serves them all."""
+    using = {getattr(item, "module", None) for item in items if _uses_ray(item)}
+    _RAY_MODULES.clear()
+    _RAY_MODULES.update(using)
+    if len(using) < 2:
+        return
+    first = next(i for i, item in enumerate(items) if getattr(item, "module", None) in using)
+    grouped = [item for item in items if getattr(item, "module", None) in using]
+    rest = [item for item in items if getattr(item, "module", None) not in using]
+    items[:] = [*rest[:first], *grouped, *rest[first:]]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the module fixtures' teardown: stop the shared Ray if the next test's module does not use it (it may
+    start a Ray of its own)."""
+    result = yield
+    if _RAY.stack is not None and (nextitem is None or getattr(nextitem, "module", None) not in _RAY_MODULES):
+        _RAY.close()
+    return result
 
 
 @pytest.fixture

@@ -1,13 +1,14 @@
 """Shared by the service tests: a real AdminService on loopback over a real ConfigStore, with a clock the test
 moves; one real cluster per module (``launch``: private local Ray, controller, 2 shards, AdminService and
-gateway on free ports) with its admin and quota stubs; the helpers that set quotas through it."""
+gateway on free ports) with its admin and quota stubs, or one cluster shared by the modules that opt in
+(``session_cluster``); the helpers that set quotas through it."""
 
 from __future__ import annotations
 
 import itertools
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from quotaplane.config import ClientQuotaFilterComponent, ConfigStore, MatchType
 from quotaplane.quota import DEFAULT
 from quotaplane.services.admin import serve
 from quotaplane.services.launcher import Cluster, launch
+from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
 
@@ -125,6 +127,97 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         yield c
 
 
+class _SharedCluster:
+    """The cluster ``session_cluster`` hands to every module that opts in, started on first use.
+
+    A process holds one Ray at a time, and most modules here start their own (``launch``, ``ray.init``): so
+    the opting-in modules run one after the other (``pytest_collection_modifyitems``) and the cluster stops
+    when the next test is in a module that does not use it (``pytest_runtest_teardown``), not at the end of
+    the session. A module that asks for it again after that gets a new one: slower, never wrong."""
+
+    def __init__(self) -> None:
+        self.stack: ExitStack | None = None
+        self.cluster: Cluster | None = None
+
+    def get(self, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+        if self.cluster is None:
+            stack = ExitStack()
+            self.cluster = stack.enter_context(launched(tmp_path_factory, "shared"))
+            self.stack = stack
+        return self.cluster
+
+    def close(self) -> None:
+        stack, self.stack, self.cluster = self.stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+_SHARED = _SharedCluster()
+#: the fixture a module's tests use (through the module's ``cluster``) to share the one cluster
+SHARED_FIXTURE = "session_cluster"
+#: the modules with a test using it, as collected
+_SHARING_MODULES: set[object] = set()
+
+
+def _uses_shared(item: pytest.Item) -> bool:
+    return SHARED_FIXTURE in getattr(item, "fixturenames", ())
+
+
+def _module_of(item: pytest.Item) -> object:
+    return getattr(item, "module", None)
+
+
+@pytest.fixture(scope="session")
+def _shared_cluster_owner() -> Iterator[_SharedCluster]:
+    """Stops the shared cluster at the end of the session at the latest (normally it stops earlier)."""
+    try:
+        yield _SHARED
+    finally:
+        _SHARED.close()
+
+
+@pytest.fixture(scope="module")
+def session_cluster(
+    _shared_cluster_owner: _SharedCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """The cluster shared by the modules that opt in: each overrides ``cluster`` to return this one.
+
+    Every client quota a module adds is removed when it ends, so the next module finds the quotas it would find
+    on a fresh cluster: none. A module may share only if it puts back any broker or topic config it changes
+    (a fixture of its own), kills nothing of the cluster's, changes no shard count, and asserts nothing that needs
+    a fresh cluster beyond that (an offset, a page another module's users could change); its users are its own."""
+    cluster = _shared_cluster_owner.get(tmp_path_factory)
+    with grpc.insecure_channel(cluster.admin_address) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        before = client_quotas(stub)
+        yield cluster
+        remove_client_quotas(stub, [key for key in client_quotas(stub) if key not in before])
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the modules sharing ``session_cluster`` one after the other, where the first of them is, in the order
+    given (the modules between them move after them), so the one cluster serves them all."""
+    sharing = {_module_of(item) for item in items if _uses_shared(item)}
+    _SHARING_MODULES.clear()
+    _SHARING_MODULES.update(sharing)
+    if len(sharing) < 2:
+        return
+    grouped = [item for item in items if _module_of(item) in sharing]
+    first = next(i for i, item in enumerate(items) if _module_of(item) in sharing)
+    rest = [item for item in items if _module_of(item) not in sharing]
+    items[:] = [*rest[:first], *grouped, *rest[first:]]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the module fixtures' teardown: stop the shared cluster if the next test's module does not use it
+    (it may start a Ray of its own)."""
+    result = yield
+    if _SHARED.cluster is not None and (nextitem is None or _module_of(nextitem) not in _SHARING_MODULES):
+        _SHARED.close()
+    return result
+
+
 @pytest.fixture(scope="module")
 def admin(cluster: Cluster) -> Iterator[admin_pb2_grpc.AdminServiceStub]:
     with grpc.insecure_channel(cluster.admin_address) as channel:
@@ -149,6 +242,42 @@ def entity(user: object, client_id: object) -> list[events_pb.EntityData]:
         else:
             out.append(events_pb.EntityData(entity_type=kind, entity_name=name))
     return out
+
+
+#: a client quota as described: ((entity type, name or None for its default), ...) in the entity's order, and key
+QuotaKey = tuple[tuple[tuple[str, str | None], ...], str]
+
+
+def client_quotas(admin: admin_pb2_grpc.AdminServiceStub) -> dict[QuotaKey, float]:
+    """Every client quota on the cluster (DescribeClientQuotas with no filter), by entity and key."""
+    described = admin.DescribeClientQuotas(admin_pb.DescribeClientQuotasRequest(components=[], strict=False))
+    return {
+        (
+            tuple((e.entity_type, e.entity_name if e.HasField("entity_name") else None) for e in entry.entity),
+            value.key,
+        ): value.value
+        for entry in described.entries
+        for value in entry.values
+    }
+
+
+def remove_client_quotas(admin: admin_pb2_grpc.AdminServiceStub, keys: Iterable[QuotaKey]) -> None:
+    """Remove these quotas (``session_cluster`` takes back every quota a module added)."""
+    entries = [
+        admin_pb.AlterClientQuotasRequest.EntryData(
+            entity=[
+                events_pb.EntityData(entity_type=kind)
+                if name is None
+                else events_pb.EntityData(entity_type=kind, entity_name=name)
+                for kind, name in components
+            ],
+            ops=[admin_pb.AlterClientQuotasRequest.OpData(key=key)],
+        )
+        for components, key in keys
+    ]
+    if entries:
+        answer = admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=entries))
+        assert [e.error_code for e in answer.entries] == [0] * len(entries), answer
 
 
 def wait_propagated(cluster: Cluster, *gateways: object, timeout_s: float = 2.0) -> float:

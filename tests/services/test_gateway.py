@@ -1,8 +1,9 @@
 """The usage path end to end: gRPC QuotaService -> gateway -> shard actors on a real local Ray (``launch``).
 
-One cluster for the module (conftest's ``cluster``: 2 shards, admin and gateway on free ports). Every decision
-is compared with the in-process core (``ClientQuotaManager`` fed the same quotas, items and ``now_ms``): the
-fleet must answer exactly as one Kafka broker that saw all the traffic would.
+The cluster is shared with other modules (conftest's ``session_cluster``: 2 shards, admin and gateway on free
+ports). Every decision is compared with the in-process core (``ClientQuotaManager`` fed the same quotas, items
+and ``now_ms``): the fleet must answer exactly as one Kafka broker that saw all the traffic would. The core
+starts with any quota already on the cluster (``session_cluster`` removes each module's when it ends).
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from quotaplane.services.gateway import (
     serve_gateway,
 )
 from quotaplane.services.gateway._shard_channel import ShardChannel
-from quotaplane.services.launcher import launch
+from quotaplane.services.launcher import Cluster, launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
 
-from .conftest import entity, wait_propagated
+from .conftest import client_quotas, entity, wait_propagated
 
 T0 = 1_700_000_000_000
 _TYPES = {pb.PRODUCE: QuotaType.PRODUCE, pb.FETCH: QuotaType.FETCH}
@@ -44,8 +45,30 @@ Item = tuple[int, str, str, float, int]  # (pb quota type, user, client id, valu
 
 
 #: Every quota set on the module's cluster, in order: a Core starts with all of them, since which sensor an
-#: item shares depends on every configured entity (Kafka's resolution ladder), not only the test's own.
+#: item shares depends on every configured entity (Kafka's resolution ladder), not only the test's own; first
+#: any byte-rate quota already on the shared cluster (``quotas_on_the_cluster``).
 _QUOTAS: list[tuple[int, object, object, float | None]] = []
+
+
+@pytest.fixture(scope="module")
+def cluster(session_cluster: Cluster) -> Cluster:
+    return session_cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quotas_on_the_cluster(admin: admin_pb2_grpc.AdminServiceStub) -> None:
+    """The Core starts with the byte-rate quotas already on the shared cluster (none, unless a module that ran
+    before failed to take its own back): which sensor an item shares depends on every configured entity."""
+    before = client_quotas(admin)
+    types = {key: quota_type for quota_type, key in _KEYS.items()}
+    for (components, key), bound in before.items():
+        names = dict(components)
+        if key in types and set(names) <= {"user", "client-id"}:
+            user, client_id = (
+                (DEFAULT if names[kind] is None else names[kind]) if kind in names else None
+                for kind in ("user", "client-id")
+            )
+            _QUOTAS.append((types[key], user, client_id, bound))
 
 
 class Core:

@@ -2,10 +2,14 @@
 mutations (strict and permissive), fetch un-record and replication throttles.
 
 Every answer is compared with the in-process core fed the same quotas and items (one Kafka broker that saw
-all the traffic); each test uses its own span of ``now_ms`` and its own users, so tests do not share usage.
+all the traffic); each test uses its own span of ``now_ms`` and its own users, so tests do not share usage. The
+cluster is shared with other modules (conftest's ``session_cluster``): the broker and topic configs set here are
+deleted when the module ends.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -28,6 +32,29 @@ from quotaplane.v1 import quota_pb2 as pb
 from .conftest import entity, wait_propagated
 
 T0 = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def cluster(session_cluster: Cluster) -> Cluster:
+    return session_cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def configs_put_back(admin) -> Iterator[None]:
+    """The replication configs are cluster-wide: deleted (back to their defaults) when the module ends."""
+    yield
+    for resource_type, name, key in [
+        (admin_pb.RESOURCE_TYPE_BROKER, "1", "leader.replication.throttled.rate"),
+        (admin_pb.RESOURCE_TYPE_TOPIC, "orders", "leader.replication.throttled.replicas"),
+    ]:
+        config = admin_pb.IncrementalAlterConfigsRequest.AlterableConfig(
+            name=key, config_operation=admin_pb.ALTER_CONFIG_OP_TYPE_DELETE
+        )
+        resource = admin_pb.IncrementalAlterConfigsRequest.AlterConfigsResource(
+            resource_type=resource_type, resource_name=name, configs=[config]
+        )
+        response = admin.IncrementalAlterConfigs(admin_pb.IncrementalAlterConfigsRequest(resources=[resource]))
+        assert [r.error_code for r in response.responses] == [0], response
 
 
 def alter_quota(admin, cluster: Cluster, user: str, client_id: str | None, key: str, value: float) -> None:

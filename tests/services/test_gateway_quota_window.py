@@ -4,6 +4,8 @@ proxy puts on a consumer's Fetch ``max_bytes``), answered by the gateway's confi
 Every answer is compared with the in-process core's ``ClientQuotaManager.max_value_in_quota_window`` fed the
 same quotas (one Kafka broker), across Kafka's precedence levels and quota changes. The first test is the only
 one that sets FETCH quotas (it starts from "quotas disabled"); the others use PRODUCE quotas of their own users.
+The cluster is shared with other modules (conftest's ``session_cluster``): each takes its quotas back when it
+ends, so this module starts from no quota at all, as on a fresh cluster.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ T0 = 1_700_000_000_000
 DOUBLE_MAX_VALUE = sys.float_info.max
 _KEYS = {QuotaType.PRODUCE: "producer_byte_rate", QuotaType.FETCH: "consumer_byte_rate"}
 _WIRE = {QuotaType.PRODUCE: pb.PRODUCE, QuotaType.FETCH: pb.FETCH}
+
+
+@pytest.fixture(scope="module")
+def cluster(session_cluster: Cluster) -> Cluster:
+    return session_cluster
 
 
 def set_quota(

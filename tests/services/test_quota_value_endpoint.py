@@ -1,19 +1,23 @@
 """KIP-786's quota-value series on the real metrics endpoint: there by default, and switched at runtime.
 
-A cluster started with nothing in its log (``launch``: private local Ray, controller, two shards, the gateway,
-the admin service and the metrics endpoint on free ports). A quota is set through AdminService
+A cluster shared with other modules (conftest's ``session_cluster``: private local Ray, controller, two shards,
+the gateway, the admin service and the metrics endpoint on free ports); the users are this module's own, and the
+switch is back at its default when the module ends, whatever happened. A quota is set through AdminService
 AlterClientQuotas and usage sent through the gateway's QuotaService, as clients do; the series is read from
 the endpoint's HTTP page. The switch is flipped through AdminService IncrementalAlterConfigs: the shards apply
 it from the config log with no restart, so the series leaves the page and comes back with its current bound.
-The cluster, ``admin`` and ``quota`` fixtures are tests/services/conftest.py's (one cluster for the module).
+The ``admin`` and ``quota`` fixtures are tests/services/conftest.py's.
 """
 
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Iterator
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from quotaplane.services.launcher import Cluster
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
@@ -59,6 +63,18 @@ def alter_switch(admin: admin_pb2_grpc.AdminServiceStub, value: str | None) -> N
 def send(quota: quota_pb2_grpc.QuotaServiceStub, user: str, value: float) -> list[int]:
     item = quota_pb.UsageItem(quota_type=quota_pb.PRODUCE, user=user, client_id="app", value=value)
     return list(quota.RecordUsageBatch(quota_pb.UsageBatch(items=[item]), timeout=30).throttle_time_ms)
+
+
+@pytest.fixture(scope="module")
+def cluster(session_cluster: Cluster) -> Cluster:
+    return session_cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def switch_put_back(admin: admin_pb2_grpc.AdminServiceStub) -> Iterator[None]:
+    """The switch is cluster-wide: back at its default (DELETE) when the module ends, even after a failure."""
+    yield
+    alter_switch(admin, None)
 
 
 def test_a_new_entity_with_a_quota_shows_its_quota_value_by_default(cluster, admin, quota) -> None:
