@@ -105,7 +105,10 @@ class Tmux:
         self.tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "50", shell)
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=10)
+        # without COLUMNS / LINES: the server passes its first client's environment to the pane, and a size there
+        # (a test runner's 80x24) wins over the terminal's for ``shutil.get_terminal_size``
+        env = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")}
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=10, env=env)
 
     def screen(self) -> list[str]:
         return self.tmux("capture-pane", "-p", "-t", "top").stdout.splitlines()
