@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from quotaplane.config import ConfigImage, LeaseSettings, lease_settings, shard_count_offset
 from quotaplane.quota import CLIENT_ID_TAG, USER_TAG, LeaseBook, LeaseRequest, QuotaManagers, QuotaType
 
-from ._throttle_archive import ThrottleArchive
+from ._throttle_archive import ThrottleArchive, record_throttles
 
 __all__ = ["LeaseHost", "LeaseItem", "ThrottleItem"]
 
@@ -169,9 +169,7 @@ class LeaseHost:
             throttled = [
                 (user, client_id, ms, now_ms) for kind, user, client_id, ms, now_ms in items if kind == type_name
             ]
-            quotas.client_manager(_LEASABLE[type_name]).throttle_batch(throttled)
-            if archive is not None:
-                archive.record_batch(str(_LEASABLE[type_name]), throttled)
+            record_throttles(quotas.client_manager(_LEASABLE[type_name]), archive, _LEASABLE[type_name], throttled)
         self.reported_throttles += len(items)
         return [0] * len(items)
 

@@ -26,7 +26,7 @@ from typing import Any
 from quotaplane.archive import ArchiveRecord
 from quotaplane.exporters.archive import THROTTLE_STREAM, TelemetryArchiveExporter
 
-__all__ = ["THROTTLE_STREAM", "ThrottleArchive", "throttle_record"]
+__all__ = ["THROTTLE_STREAM", "ThrottleArchive", "record_throttles", "throttle_record"]
 
 
 def throttle_record(item: tuple[int, str, str, str, int]) -> ArchiveRecord:
@@ -98,3 +98,14 @@ class ThrottleArchive:
 
     def close(self) -> None:
         self.exporter.close()
+
+
+def record_throttles(
+    manager: Any, archive: ThrottleArchive | None, quota_type: Any, throttled: list[tuple[str, str, int, int]]
+) -> None:
+    """Throttles answered ``(user, client_id, throttle_ms, now_ms)``, recorded as a broker records what it answers:
+    the clients' ``throttle-time`` sensors (Kafka's ``throttle()``), and the throttle archive when there is one.
+    The shard's own answers and those a gateway answered within its leases both go through here."""
+    manager.throttle_batch(throttled)
+    if archive is not None:
+        archive.record_batch(str(quota_type), throttled)

@@ -92,7 +92,7 @@ from ._standby import STANDBY_SUFFIX
 from ._standby_member import StandbyMember
 from ._start_phases import StartPhases
 from ._telemetry_host import TelemetryHost, archive_writer_id
-from ._throttle_archive import ThrottleArchive
+from ._throttle_archive import ThrottleArchive, record_throttles
 from ._usage_checkpoint import CHECKPOINT_FILE, UsageCheckpointer, load_checkpoint
 from .controller import wall_clock_ms
 
@@ -375,9 +375,7 @@ class ShardActor(StandbyMember):
                 for item, throttle_ms in zip(items, throttles, strict=True)
                 if throttle_ms
             ]
-            manager.throttle_batch(throttled)
-            if self.throttles is not None:
-                self.throttles.record_batch(str(quota_type), throttled)
+            record_throttles(manager, self.throttles, quota_type, throttled)
         return throttles
 
     def _throttle(self, manager: Any, quota_type: QuotaType, user: str, client_id: str, ms: int, now_ms: int) -> None:
