@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import pytest
 import ray
 
-from quotaplane.services.launcher._ray import forget_ray_auth_token
+from quotaplane.services.launcher._ray import forget_ray_auth_token, start_node_retrying_once
 from tests.support import environment
 
 T = TypeVar("T")
@@ -35,12 +35,15 @@ def _start_ray(tmp_path_factory: pytest.TempPathFactory) -> ExitStack:
         # Ray caches the token per process: without this a module's Ray after another's runs its GCS with the
         # new token while the driver sends the old one ("Failed to start GCS")
         forget_ray_auth_token()
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            _temp_dir=str(temp_dir),
-            namespace="quotaplane-tests",
-            log_to_driver=False,
+        start_node_retrying_once(
+            lambda: ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                _temp_dir=str(temp_dir),
+                namespace="quotaplane-tests",
+                log_to_driver=False,
+            ),
+            temp_dir,
         )
     except BaseException:
         stack.close()

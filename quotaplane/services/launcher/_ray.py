@@ -117,8 +117,9 @@ def _use_ray_token_auth() -> None:
     refresh_ray_config()
 
 
-#: Ray's own words when its raylet did not register with the GCS within its 30 s (node.py).
-_NODE_START_TIMEOUT = "timed out during startup"
+#: Ray's own words when its node did not come up in time (node.py): the raylet did not register with the
+#: GCS within its 30 s, or the GCS did not publish its port file within its 30 s.
+_NODE_START_TIMEOUTS = ("timed out during startup", "Timed out waiting for file")
 
 
 def _kill_session_processes(temp_dir: Path) -> list[int]:
@@ -142,9 +143,10 @@ def _kill_session_processes(temp_dir: Path) -> list[int]:
 def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[str, float] | None) -> None:
     """``ray.init`` of a private local Ray, started a second time if the first node timed out during start-up.
 
-    A node whose raylet misses Ray's 30 s registration window is gone for good (Ray does not retry), though a
-    second start usually succeeds at once: seen once in a full test run on 2 cores, right after another
-    private Ray of the same process had stopped. One retry, logged, keeps ``up`` from failing on it. Ray raises
+    A node whose raylet misses Ray's 30 s registration window, or whose GCS does not publish its port within
+    30 s, is gone for good (Ray does not retry), though a second start usually succeeds at once: each seen once
+    in a full test run on 2 cores, right after another private Ray of the same process had stopped. One retry,
+    logged, keeps ``up`` from failing on it. Ray raises
     before it records the failed node, so ``ray.shutdown`` cannot stop that node's GCS and raylet: they are
     killed by the session directory their command lines name, which is this cluster's own."""
     import ray
@@ -169,17 +171,25 @@ def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[s
         if dashboard_port is not None and context.dashboard_url:
             cluster.ray_dashboard_url = f"http://{context.dashboard_url}"
 
+    start_node_retrying_once(start, cluster.ray_temp_dir)
+    if cluster.ray_dashboard_url is not None:
+        _save_dashboard_token(cluster)
+
+
+def start_node_retrying_once(start: Callable[[], None], temp_dir: Path) -> None:
+    """``start()`` (a ``ray.init`` of a private Ray in ``temp_dir``), and once more if Ray's node timed out
+    during start-up, after ``ray.shutdown`` and the failed node's processes killed (see _start_private_ray)."""
+    import ray
+
     try:
         start()
     except Exception as e:
-        if _NODE_START_TIMEOUT not in str(e):
+        if not any(words in str(e) for words in _NODE_START_TIMEOUTS):
             raise
         log.warning("Ray's node did not start in time (%s); starting it once more", first_line(e))
         ray.shutdown()
-        _kill_session_processes(cluster.ray_temp_dir)
+        _kill_session_processes(temp_dir)
         start()
-    if cluster.ray_dashboard_url is not None:
-        _save_dashboard_token(cluster)
 
 
 def _save_dashboard_token(cluster: Cluster) -> None:
