@@ -19,8 +19,11 @@ warning, never a crash loop. ``restored_age_ms`` (how old the restored windows w
 endpoint exports as the over-admission window of the restart.
 
 **Writer.** A daemon thread; the snapshot (``export_usage``: a copy of the samples into number arrays)
-runs under the shard's serving lock, the encoding and the write outside it, so a checkpoint holds the
-shard's queue only for the copy.
+takes the shard's serving lock for one part of the sensors at a time (512), the encoding and the write run
+outside it, so a checkpoint holds the shard's queue for a part's copy (~1 ms), not for every sensor's (18-21
+ms at 9,000 quota sensors). Each sensor's samples are copied whole; the sensors are not one cut, which a
+restart does not need: the file's time is taken before the copy, so every sample in it is at least that new
+and the age a restart reports is never less than the traffic it forgives.
 """
 
 from __future__ import annotations
@@ -110,13 +113,14 @@ def load_checkpoint(path: Path, now_ms: int, max_age_ms: int) -> tuple[int, Usag
 
 
 class UsageCheckpointer:
-    """Writes ``to_bytes(snapshot())`` to ``path`` every ``interval_s`` from a daemon thread: ``snapshot`` (the
-    copy) runs under ``lock``, ``to_bytes`` and the write outside it."""
+    """Writes ``to_bytes(snapshot(hold))`` to ``path`` every ``interval_s`` from a daemon thread: ``snapshot``
+    (the copy) enters ``hold()`` (``lock``, timed) around each part it copies, ``to_bytes`` and the write run
+    outside it."""
 
     def __init__(
         self,
         path: Path,
-        snapshot: Callable[[], Any],
+        snapshot: Callable[[Callable[[], Any]], Any],
         to_bytes: Callable[[Any], bytes],
         lock: Any,
         clock_ms: Callable[[], int],
@@ -139,8 +143,10 @@ class UsageCheckpointer:
         self.failures = 0
         self.last_written_ms: int | None = None
         self.last_bytes = 0
-        #: time the last checkpoint held the serving lock (the snapshot's copy), and the whole write
+        #: time the last checkpoint's copy took (its parts and the serving between them), its longest hold of
+        #: the serving lock, and the whole write
         self.last_export_ms = 0.0
+        self.last_longest_hold_ms = 0.0
         self.last_write_ms = 0.0
 
     def start(self) -> None:
@@ -156,10 +162,10 @@ class UsageCheckpointer:
         # With the collector paused they are freed by reference counting before any collection runs.
         collecting = gc.isenabled()
         gc.disable()
+        hold = _TimedHold(self._lock)
         try:
-            with self._lock:
-                snapshot = self._snapshot()
-                written_ms = self._clock_ms()
+            written_ms = self._clock_ms()  # before the copy: every sample copied is at least this new
+            snapshot = self._snapshot(hold)
             if unless_stopped and self._stop.is_set():
                 return
             exported = time.perf_counter()
@@ -171,6 +177,7 @@ class UsageCheckpointer:
         data = encode_checkpoint(payload, written_ms)
         write_checkpoint(self.path, data, fsync=self.fsync)
         self.last_export_ms = (exported - started) * 1000
+        self.last_longest_hold_ms = hold.longest_s * 1000
         self.last_write_ms = (time.perf_counter() - started) * 1000
         self.last_written_ms = written_ms
         self.last_bytes = len(data)
@@ -203,5 +210,30 @@ class UsageCheckpointer:
             "last_written_ms": self.last_written_ms,
             "last_bytes": self.last_bytes,
             "last_export_ms": round(self.last_export_ms, 3),
+            "last_longest_hold_ms": round(self.last_longest_hold_ms, 3),
             "last_write_ms": round(self.last_write_ms, 3),
         }
+
+
+class _TimedHold:
+    """``hold()`` for ``export_usage``: enters ``lock``, and keeps the longest time it was held."""
+
+    __slots__ = ("_entered", "_lock", "longest_s")
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+        self._entered = 0.0
+        self.longest_s = 0.0
+
+    def __call__(self) -> _TimedHold:
+        return self
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._entered = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        held = time.perf_counter() - self._entered
+        self._lock.release()
+        if held > self.longest_s:
+            self.longest_s = held

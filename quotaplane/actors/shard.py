@@ -192,7 +192,7 @@ class ShardActor(StandbyMember):
             return
         self._checkpointer = UsageCheckpointer(
             Path(self.data_dir) / CHECKPOINT_FILE,
-            lambda: export_usage(self.quotas),
+            lambda hold: export_usage(self.quotas, hold=hold),
             UsageSnapshot.to_bytes,
             self.serving_lock,
             wall_clock_ms,

@@ -28,6 +28,7 @@ import json
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,21 +158,56 @@ def usage_key(quota_type: QuotaType, tags: Mapping[str, str]) -> str:
     return f"{quota_type.name}\x00{tags.get('user', '')}\x00{tags.get('client-id', '')}"
 
 
-def export_usage(quotas: QuotaManagers, owns: Callable[[str], bool] | None = None) -> UsageSnapshot:
-    """A copy of the usage windows of the PRODUCE, FETCH and REQUEST managers: the part of a checkpoint that
-    must not interleave with recordings (a shard takes it under its serving lock). One pass over the sensors:
-    a quota sensor is named ``<quota type>-<tags>``, the other sensors of a kind have longer prefixes.
-    ``owns``: only the sensors whose routing key (:func:`usage_key`) it accepts (a reshard's hand-over)."""
+def export_usage(
+    quotas: QuotaManagers,
+    owns: Callable[[str], bool] | None = None,
+    *,
+    hold: Callable[[], AbstractContextManager[Any]] | None = None,
+    part: int = 512,
+) -> UsageSnapshot:
+    """A copy of the usage windows of the PRODUCE, FETCH and REQUEST managers. One pass over the sensors: a
+    quota sensor is named ``<quota type>-<tags>``, the other sensors of a kind have longer prefixes.
+    ``owns``: only the sensors whose routing key (:func:`usage_key`) it accepts (a reshard's hand-over).
+
+    The copy must not interleave with recordings. Without ``hold`` the caller holds its serving lock around
+    the whole call: one cut of every sensor, as a reshard's hand-off needs. With ``hold`` (a context such as
+    the serving lock) the copy takes it once for the list of sensors, then once for each ``part`` of them, and
+    the shard serves between the parts: a checkpoint, where each sensor's own samples must be whole but the
+    sensors need not be one cut, held a shard's decisions for ~2 ms per 1,000 sensors (measured: 18-21 ms at
+    9,000 quota sensors, every second) and now for one part at a time. A sensor removed between the parts
+    (expired, handed to another owner) is not copied; one created meanwhile goes in the next copy."""
+    if part < 1:
+        raise ValueError(f"part must be >= 1, got {part}")
     managers: dict[str, UsageColumns] = {}
     kinds = {}
     for quota_type in _KEPT:
         manager = quotas.client_manager(quota_type)
         c = managers[str(quota_type)] = UsageColumns(manager.config.num_quota_samples, manager.config.quota_window_ms)
         kinds[str(quota_type)] = (manager.quota_metric_name, c, (c.starts, c.lasts, c.values, c.counts), quota_type)
-    for name, sensor in quotas.metrics.sensors.items():  # every manager records in the one registry
+    registry = quotas.metrics.sensors  # every manager records in the one registry
+    if hold is None:
+        _copy_sensors(registry.items(), kinds, owns, None)
+        return UsageSnapshot(managers)
+    with hold():
+        sensors = list(registry.items())
+    for start in range(0, len(sensors), part):
+        with hold():
+            _copy_sensors(sensors[start : start + part], kinds, owns, registry)
+    return UsageSnapshot(managers)
+
+
+def _copy_sensors(
+    sensors: Iterable[tuple[str, Any]],
+    kinds: Mapping[str, tuple[str, UsageColumns, tuple[array, ...], QuotaType]],
+    owns: Callable[[str], bool] | None,
+    registry: Mapping[str, Any] | None,
+) -> None:
+    """Append the quota sensors among ``sensors`` to their manager's columns; with ``registry``, only those it
+    still holds (the list was taken earlier)."""
+    for name, sensor in sensors:
         group = name.partition("-")[0]
         kind = kinds.get(group)
-        if kind is None:
+        if kind is None or (registry is not None and registry.get(name) is not sensor):
             continue
         metric_name, c, into, quota_type = kind
         for metric in sensor.metrics:
@@ -188,7 +224,6 @@ def export_usage(quotas: QuotaManagers, owns: Callable[[str], bool] | None = Non
                 c.last_records.append(sensor.last_record_time_ms)
                 c.currents.append(current)
                 c.sizes.append(size)
-    return UsageSnapshot(managers)
 
 
 def forget_usage(quotas: QuotaManagers, snapshot: UsageSnapshot) -> int:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,12 +79,15 @@ def test_write_replaces_atomically(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == [CHECKPOINT_FILE]  # no temporary left behind
 
 
-def test_the_thread_writes_every_interval_and_copies_under_the_lock(tmp_path: Path) -> None:
+def test_the_thread_writes_every_interval_and_copies_each_part_under_the_lock(tmp_path: Path) -> None:
     path = tmp_path / CHECKPOINT_FILE
     lock = threading.RLock()
     held = []
 
-    def export() -> UsageSnapshot:
+    def export(hold: Callable[[], Any]) -> UsageSnapshot:
+        held.append(lock._is_owned())  # type: ignore[attr-defined]
+        with hold():  # each part of the copy is taken under the lock, and only those
+            held.append(lock._is_owned())  # type: ignore[attr-defined]
         held.append(lock._is_owned())  # type: ignore[attr-defined]
         return _state()
 
@@ -93,7 +98,8 @@ def test_the_thread_writes_every_interval_and_copies_under_the_lock(tmp_path: Pa
         time.sleep(0.01)
     with lock:  # a stop from a thread that holds the lock (the shard's close) does not wait for the thread
         writer.stop()
-    assert writer.writes >= 3 and all(held)
+    assert writer.writes >= 3 and held[:3] == [False, True, False]
+    assert writer.stats()["last_longest_hold_ms"] >= 0.0
     assert decode_checkpoint(path.read_bytes()) == (NOW, _state().to_bytes())
     assert writer.stats()["last_bytes"] == path.stat().st_size
 
@@ -102,7 +108,12 @@ def test_a_failing_write_is_counted_and_the_thread_goes_on(tmp_path: Path) -> No
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     writer = UsageCheckpointer(
-        blocker / CHECKPOINT_FILE, _state, UsageSnapshot.to_bytes, threading.RLock(), lambda: NOW, interval_s=0.02
+        blocker / CHECKPOINT_FILE,
+        lambda hold: _state(),
+        UsageSnapshot.to_bytes,
+        threading.RLock(),
+        lambda: NOW,
+        interval_s=0.02,
     )
     writer.start()
     deadline = time.monotonic() + 10

@@ -8,6 +8,8 @@ import pickle
 import sys
 import zlib
 from array import array
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
@@ -326,3 +328,49 @@ def test_forget_removes_every_sensor_of_a_moved_client() -> None:
     assert "Produce-bob:" in names  # the other client stays (its tags resolve at the user level)
     # the manager's caches follow: alice starts over with an empty window
     assert managers.produce.record_batch([("alice", "c1", 1.0)], START_MS + 1) == [0]
+
+
+class _CountingHold:
+    """A ``hold`` for ``export_usage`` that counts its entries and runs ``between`` (a recording, a removal)
+    after the first entry: what a shard serves between the parts of a checkpoint's copy."""
+
+    def __init__(self, between: Callable[[], object] = lambda: None) -> None:
+        self.entries = 0
+        self.between = between
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        if self.entries == 1:
+            self.between()
+        self.entries += 1
+        yield
+
+
+@settings(max_examples=60, deadline=None)
+@given(clients=st.integers(min_value=0, max_value=40), part=st.integers(min_value=1, max_value=50))
+def test_an_export_in_parts_equals_the_whole_copy(clients: int, part: int) -> None:
+    """With nothing served between the parts, a copy taken a part at a time is the one-cut copy, and the hold
+    was entered once for the list and once per part of the registry's sensors."""
+    managers = _build(QuotaConfig(), [(QuotaType.PRODUCE, DEFAULT, None, 1000.0)])
+    managers.produce.record_batch([(f"u{i}", "c", 10.0 * i) for i in range(clients)], START_MS)
+    managers.fetch.record_batch([(f"u{i}", "c", 1.0) for i in range(0, clients, 3)], START_MS + 7)
+    hold = _CountingHold()
+    assert export_usage(managers, hold=hold, part=part) == export_usage(managers)
+    assert hold.entries == 1 + -(-len(managers.metrics.sensors) // part)
+    with pytest.raises(ValueError, match="part must be >= 1"):
+        export_usage(managers, hold=hold, part=0)
+
+
+def test_a_sensor_removed_between_the_parts_is_not_copied_and_a_recording_between_them_is_whole() -> None:
+    managers = _build(QuotaConfig(), [(QuotaType.PRODUCE, DEFAULT, None, 1000.0)])
+    managers.produce.record_batch([("alice", "c", 5.0), ("bob", "c", 6.0), ("carol", "c", 7.0)], START_MS)
+
+    def served_meanwhile() -> None:
+        forget_usage(managers, export_usage(managers, lambda key: "bob" in key))
+        managers.produce.record_batch([("alice", "c", 100.0), ("carol", "c", 200.0)], START_MS + 1)
+
+    snapshot = export_usage(managers, hold=_CountingHold(served_meanwhile), part=1)
+    produce = snapshot.managers["Produce"]
+    assert [name.tags["user"] for name in produce.names] == ["alice", "carol"]
+    assert list(produce.values) == [105.0, 207.0]  # each sensor's samples as they were when it was copied
+    assert snapshot == export_usage(managers)
