@@ -8,10 +8,13 @@ import struct
 import crc32c
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quotaplane.archive import (
     ArchiveCorruptError,
     ArchiveRecord,
+    _format,
     decode_segment_bytes,
     hour_partition,
     parse_hour_partition,
@@ -83,6 +86,52 @@ def test_labels_must_be_strings():
         encode_record_fields({"k": 1}, b"")  # type: ignore[dict-item]
     with pytest.raises(UnicodeEncodeError):
         encode_record_fields({"k": "\ud800"}, b"")
+
+
+def _fields_by_the_docs(labels: dict[str, str], body: bytes) -> bytes:
+    """docs/archive-format.md §3, spelled out: count, then length-prefixed key and value, then the body."""
+    out = encode_uvarint(len(labels))
+    for key, value in labels.items():
+        out += encode_uvarint(len(key.encode())) + key.encode() + encode_uvarint(len(value.encode())) + value.encode()
+    return out + encode_uvarint(len(body)) + body
+
+
+_label_text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=140)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(
+            st.dictionaries(st.sampled_from(["a", "node_id", "é", ""]) | _label_text, _label_text, max_size=14),
+            st.binary(max_size=300),
+        ),
+        max_size=12,
+    ),
+    cache_max=st.sampled_from([0, 1, 3, 32_768]),
+)
+def test_labels_seen_before_encode_as_the_docs_say(records: list[tuple[dict[str, str], bytes]], cache_max: int) -> None:
+    """The label cache changes no byte: every record, its labels repeated or not, the cache full and emptied
+    on the way or not, encodes as the format spells it out."""
+    saved = _format._LABEL_CACHE_MAX, _format._LABEL_CACHE
+    _format._LABEL_CACHE_MAX, _format._LABEL_CACHE = cache_max, {}
+    try:
+        for labels, body in [*records, *records]:
+            assert encode_record_fields(labels, body) == _fields_by_the_docs(labels, body)
+        assert len(_format._LABEL_CACHE) <= max(cache_max, 1)
+    finally:
+        _format._LABEL_CACHE_MAX, _format._LABEL_CACHE = saved
+
+
+def test_a_bad_label_is_refused_after_good_ones_were_cached():
+    encode_record_fields({"k": "v"}, b"")
+    with pytest.raises(TypeError):
+        encode_record_fields({"k": "v", "n": 1}, b"")  # type: ignore[dict-item]
+    with pytest.raises(TypeError):
+        encode_record_fields({"k": ["unhashable"]}, b"")  # type: ignore[dict-item]
+    with pytest.raises(UnicodeEncodeError):
+        encode_record_fields({"k": "v", "s": "\ud800"}, b"")
+    assert ("n", 1) not in _format._LABEL_CACHE and ("s", "\ud800") not in _format._LABEL_CACHE
 
 
 def test_partitions_are_utc_hours_spark_can_discover():
