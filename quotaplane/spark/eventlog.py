@@ -34,9 +34,10 @@ one per core, across and inside segments; ``_log_events``). Pass one reads every
 sends back only each config key's last event in the chunk and the chunk's request ids; the driver folds
 those in offset order into each key's value before each chunk and its last event overall (the
 snapshot's entries). Pass two reads each chunk again and writes its history rows, old values carried
-from the values before it, straight into the segments' partitions: no window, no shuffle, no sort
-but the writer's. The old values equal a window ``lag`` over each key in offset order, and the snapshot
-the image's own (tests compare both with the log's own reader and ``ConfigStore``).
+from the values before it, straight into the segments' partitions, in the order they come: no window,
+no shuffle, no sort (``writes_without_sort``: a file open per segment a chunk holds). The old values
+equal a window ``lag`` over each key in offset order, and the snapshot the image's own (tests compare
+both with the log's own reader and ``ConfigStore``).
 
 **The request-id window.** The image remembers the last ``max_applied_requests`` request ids with
 their (first, last) offsets, trimmed in bulk at the end of each replayed frame, so the window depends on
@@ -94,7 +95,7 @@ from ._log_events import (
     summarize,
 )
 from ._session import JobInputError
-from ._util import SetAccumulator, hadoop_path_exists
+from ._util import SetAccumulator, hadoop_path_exists, writes_without_sort
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -408,12 +409,13 @@ def _write_history(
         rows = spark.range(len(summaries), numPartitions=len(summaries)).mapInArrow(
             _history_pass([s.chunk for s in summaries], values, start, up_to, skip, errors), HISTORY_SCHEMA
         )
-        history = (
-            rows.withColumn("commit_time", F.timestamp_millis("commit_time_ms"))
-            .select(*HISTORY_COLUMNS, "segment")
-            .sortWithinPartitions("segment", "offset")
+        history = rows.withColumn("commit_time", F.timestamp_millis("commit_time_ms")).select(
+            *HISTORY_COLUMNS, "segment"
         )
-        history.write.mode("overwrite").partitionBy("segment").parquet(history_dir)
+        # a task's rows come in (segment, offset) order already: written as they come, a file open per
+        # segment of its chunk, where the writer's sort copied them all to put them in the same order
+        with writes_without_sort(spark, max_writers=max(1, *(len(s.chunk.ranges) for s in summaries))):
+            history.write.mode("overwrite").partitionBy("segment").parquet(history_dir)
     finally:
         for broadcast in values:
             broadcast.destroy()

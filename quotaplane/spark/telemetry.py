@@ -13,7 +13,7 @@ executors, and writes:
     and summaries), ``monotonic``, the point's ``attributes`` (a map of strings), ``value`` (the
     number; a histogram's or summary's sum), ``count`` (histograms and summaries), ``start_time_ms``,
     and ``segment`` (the file it came from). One Parquet file per archive segment: each segment is
-    decoded and written by a task of its own (``one_task_per_segment``), with no shuffle.
+    decoded and written by a task of its own (``one_task_per_segment``), with no shuffle and no sort.
 ``<output>/rollups/date=YYYY-MM-DD/hour=HH/``
     one row per (client_instance_id, metric, 1-minute bucket of the point time): ``count``, ``min``,
     ``max``, ``last`` of the values, and ``sum``: for DELTA sums the values added up, for CUMULATIVE
@@ -46,10 +46,10 @@ from quotaplane.exporters.archive import TELEMETRY_STREAM
 from ._archive import list_hour_dirs, one_task_per_segment, read_stream_arrow
 from ._arrow_telemetry import POINT_ARROW_SCHEMA, segment_push_batches
 from ._session import JobInputError
-from ._util import SetAccumulator
+from ._util import SetAccumulator, writes_without_sort
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["POINT_SCHEMA", "TELEMETRY_STREAM", "TelemetryCompaction", "compact_telemetry", "decode_telemetry"]
 
@@ -123,45 +123,62 @@ _TYPES = ("gauge", "sum", "histogram", "exponential_histogram", "summary")
 _TEMPORALITIES = ("delta", "cumulative")
 
 
-def _kind_code() -> Column:
-    """A point's (type, temporality) as one int: 3 x (type's place in ``_TYPES``, from 1) + (temporality's in
-    ``_TEMPORALITIES``, from 1; 0 for null). Why: a string in an aggregation's buffer (``first("type")``)
-    is not hash-aggregatable, and made Spark sort the points for the minute groups. A value outside
-    those fails the job (it would not come back as it went in)."""
-    from pyspark.sql import functions as F
-
-    kind, temporality = F.col("type"), F.col("temporality")
-    type_at = F.array_position(F.array(*map(F.lit, _TYPES)), kind)
-    temporality_at = F.coalesce(F.array_position(F.array(*map(F.lit, _TEMPORALITIES)), temporality), F.lit(0))
-    unknown = (type_at == 0) | (temporality.isNotNull() & (temporality_at == 0))
-    message = F.concat(F.lit("rollups: unknown metric type or temporality: "), F.concat_ws("/", kind, temporality))
-    return F.when(unknown, F.raise_error(message)).otherwise(type_at * 3 + temporality_at).cast("int")
+def _sql_array(values: Sequence[str]) -> str:
+    return f"array({', '.join(repr(v) for v in values)})"
 
 
-def _kind_columns(code: Column) -> tuple[Column, Column]:
-    """``_kind_code``'s (type, temporality) back."""
-    from pyspark.sql import functions as F
+#: A point's (type, temporality) as one int (SQL): 3 x (type's place in ``_TYPES``, from 1) + (temporality's
+#: in ``_TEMPORALITIES``, from 1; 0 for null). Why: a string in an aggregation's buffer (``first(type)``) is
+#: not hash-aggregatable, and made Spark sort the points for the minute groups. A value outside those fails
+#: the job (it would not come back as it went in).
+_TYPE_AT = f"array_position({_sql_array(_TYPES)}, type)"
+_TEMPORALITY_AT = f"coalesce(array_position({_sql_array(_TEMPORALITIES)}, temporality), 0)"
+_KIND_CODE = (
+    f"CAST(CASE WHEN {_TYPE_AT} = 0 OR (temporality IS NOT NULL AND {_TEMPORALITY_AT} = 0) "
+    "THEN raise_error(concat('rollups: unknown metric type or temporality: ', concat_ws('/', type, temporality))) "
+    f"ELSE {_TYPE_AT} * 3 + {_TEMPORALITY_AT} END AS INT)"
+)
+#: ``_KIND_CODE``'s (type, temporality) back, from the column ``_kind``.
+_KIND_COLUMNS = (
+    f"element_at({_sql_array(_TYPES)}, CAST(_kind / 3 AS INT)) AS type",
+    "CASE WHEN _kind % 3 = 0 THEN CAST(NULL AS STRING) "
+    f"ELSE element_at({_sql_array(_TEMPORALITIES)}, _kind % 3) END AS temporality",
+)
+_CUMULATIVE = _TEMPORALITIES.index("cumulative") + 1  # a cumulative point's ``_kind % 3``
 
-    temporality_at = code % 3
-    return (
-        F.element_at(F.array(*map(F.lit, _TYPES)), (code / 3).cast("int")).alias("type"),
-        F.when(temporality_at == 0, F.lit(None).cast("string"))
-        .otherwise(F.element_at(F.array(*map(F.lit, _TEMPORALITIES)), temporality_at))
-        .alias("temporality"),
-    )
+
+#: The most points one rollup task takes (``rollup_partitions``): a few hundred bytes each in its sort and
+#: hash maps, which spill beyond their memory, so this bounds the spilling rather than correctness.
+POINTS_PER_ROLLUP_TASK = 2_000_000
 
 
-def rollups_of(points: DataFrame) -> DataFrame:
+def rollup_partitions(points: int, cores: int) -> int:
+    """How many tasks the rollups of ``points`` points take: a multiple of ``cores`` (each core as many),
+    enough that none takes more than ``POINTS_PER_ROLLUP_TASK``.
+
+    Why not Spark's default (``spark.sql.shuffle.partitions``, coalesced by adaptive execution): the
+    coalescing packs the equal shuffle partitions into groups of about a core's share, and groups of
+    equal partitions rarely come out even (the bench's 8 became 3 on 2 cores: a second wave of one
+    task, with one core idle); more tasks than that each write their own file per hour, which cost
+    the rollups about a fifth more CPU at 8 tasks than at 2 (bench, 1M points).
+    """
+    cores = max(1, cores)
+    waves = max(1, -(-points // (POINTS_PER_ROLLUP_TASK * cores)))
+    return waves * cores
+
+
+def rollups_of(points: DataFrame, partitions: int | None = None) -> DataFrame:
     """Per (date, hour, client_instance_id, metric, minute) rollups of ``points`` (module docstring),
     sorted within each task by the group keys (the writer's (date, hour) order first).
 
-    One shuffle, by (date, hour, client_instance_id, metric): the series window (partitioned by those
-    and the series' sorted attribute entries, ordered by time) and the minute groups (those keys and
-    the minute) need no other, and an hour's rollups are computed by as many tasks as there are cores.
-    The series is part of the window's partition, not only of its order, so a series' first point
-    has no previous row at all: two lags (value, start time), where telling the previous row's series
-    from this one's took seven (three of them of the attribute array, each compared) and an eighth of
-    the rollups' time.
+    One shuffle, by (date, hour, client_instance_id, metric), into ``partitions`` tasks (default:
+    Spark's ``spark.sql.shuffle.partitions``, as adaptive execution coalesces them): the series window
+    (partitioned by those and the series' sorted attribute entries, ordered by time) and the minute
+    groups (those keys and the minute) need no other. The series is part of the window's partition,
+    not only of its order, so a series' first point has no previous row at all: two lags (value,
+    start time), where telling the previous row's series from this one's took seven (three of them of
+    the attribute array, each compared) and an eighth of the rollups' time. (type, temporality) cross
+    the shuffle as one int (``_KIND_CODE``), not as two strings.
 
     The minute groups are hash aggregations, three nested ones, with no sort of the points: ``last``
     is the value of the latest point by (time, receive time), the largest value among points equal in
@@ -171,66 +188,66 @@ def rollups_of(points: DataFrame) -> DataFrame:
     minute and time) the value of the latest receive time, the third (by the minute) that of the
     latest time: each a ``max_by`` over a primitive, whose ordering has no ties in its group. The
     groups' count, min, max and sum fold through the three.
+
+    The plan is written in SQL expressions, a ``selectExpr`` or ``F.expr`` each: built from Python
+    columns (a ``F.col`` / ``F.lit`` / operator each a call to the JVM, 1,400 of them) it took the driver
+    0.3-0.45 s of each run, with the executors idle; about half that now, most of it Spark's analysis.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    no_attributes = F.create_map().cast("map<string,string>")
-    series_key = F.array_sort(F.map_entries(F.coalesce("attributes", no_attributes)))
     keys = ("date", "hour", "client_instance_id", "metric")
-    by_series = Window.partitionBy(*keys, "_series").orderBy("time_ms", "received_ms")
-    prev, prev_start = F.col("_prev"), F.col("_prev_start")
-    reset = (F.col("value") < prev) | ~F.col("start_time_ms").eqNullSafe(prev_start)
-    cumulative_increase = (
-        F.when(prev.isNull(), F.lit(None).cast("double")).when(reset, F.col("value")).otherwise(F.col("value") - prev)
-    )
-    columns = (*keys, "type", "temporality", "attributes", "time_ms", "received_ms", "value", "start_time_ms")
-    with_increase = (
-        points.select(*columns)
-        .repartition(*keys)
-        .withColumn("_series", series_key)
-        .withColumn("_prev", F.lag("value").over(by_series))
-        .withColumn("_prev_start", F.lag("start_time_ms").over(by_series))
-        .withColumn(
-            "_increase",
-            F.when(F.col("temporality") == "cumulative", cumulative_increase).otherwise(F.col("value")),
-        )
-        .withColumn("bucket_ms", F.col("time_ms") - F.col("time_ms") % 60_000)
-        .withColumn("_kind", _kind_code())
+    series = f"OVER (PARTITION BY {', '.join(keys)}, _series ORDER BY time_ms, received_ms)"
+    prev, prev_start = f"lag(value) {series}", f"lag(start_time_ms) {series}"
+    shuffled = points.selectExpr(
+        *keys,
+        f"{_KIND_CODE} AS _kind",
+        "array_sort(map_entries(coalesce(attributes, CAST(map() AS MAP<STRING, STRING>)))) AS _series",
+        "time_ms",
+        "received_ms",
+        "value",
+        "start_time_ms",
+    ).repartition(*((partitions,) if partitions else ()), *keys)
+    with_increase = shuffled.selectExpr(
+        *keys,
+        "_kind",
+        "time_ms",
+        "received_ms",
+        "value",
+        f"CASE WHEN _kind % 3 = {_CUMULATIVE} THEN "
+        f"CASE WHEN {prev} IS NULL THEN CAST(NULL AS DOUBLE) "
+        f"WHEN value < {prev} OR NOT start_time_ms <=> {prev_start} THEN value "
+        f"ELSE value - {prev} END "
+        "ELSE value END AS _increase",
+        "time_ms - time_ms % 60000 AS bucket_ms",
     )
     minute = (*keys, "bucket_ms")
-    moments = with_increase.groupBy(*minute, "time_ms", "received_ms").agg(
-        F.first("_kind").alias("_kind"),
-        F.count("value").alias("count"),
-        F.min("value").alias("min"),
-        F.max("value").alias("max"),
-        F.sum("_increase").alias("sum"),
+
+    def aggregate(frame: DataFrame, by: Sequence[str], *aggregates: str) -> DataFrame:
+        return frame.groupBy(*by).agg(*map(F.expr, aggregates))
+
+    moments = aggregate(
+        with_increase,
+        (*minute, "time_ms", "received_ms"),
+        "first(_kind) AS _kind",
+        "count(value) AS `count`",
+        "min(value) AS `min`",
+        "max(value) AS `max`",
+        "sum(_increase) AS `sum`",
     )
-    times = moments.groupBy(*minute, "time_ms").agg(
-        F.first("_kind").alias("_kind"),
-        F.sum("count").alias("count"),
-        F.min("min").alias("min"),
-        F.max("max").alias("max"),
-        F.sum("sum").alias("sum"),
-        F.max_by("max", "received_ms").alias("last"),
+    folded = ("first(_kind) AS _kind", "sum(`count`) AS `count`", "min(`min`) AS `min`", "max(`max`) AS `max`")
+    times = aggregate(
+        moments, (*minute, "time_ms"), *folded, "sum(`sum`) AS `sum`", "max_by(`max`, received_ms) AS `last`"
     )
-    minutes = times.groupBy(*minute).agg(
-        F.first("_kind").alias("_kind"),
-        F.sum("count").alias("count"),
-        F.min("min").alias("min"),
-        F.max("max").alias("max"),
-        F.sum("sum").alias("sum"),
-        F.max_by("last", "time_ms").alias("last"),
-    )
-    return minutes.select(
+    minutes = aggregate(times, minute, *folded, "sum(`sum`) AS `sum`", "max_by(`last`, time_ms) AS `last`")
+    return minutes.selectExpr(
         *minute,
-        *_kind_columns(F.col("_kind")),
-        "count",
-        "min",
-        "max",
-        "sum",
-        "last",
-        F.timestamp_millis(F.col("bucket_ms")).alias("bucket"),
+        *_KIND_COLUMNS,
+        "`count`",
+        "`min`",
+        "`max`",
+        "`sum`",
+        "`last`",
+        "timestamp_millis(bucket_ms) AS bucket",
     ).sortWithinPartitions(*minute)
 
 
@@ -255,12 +272,15 @@ def compact_telemetry(
     rows = F.count(F.lit(1)).alias("rows")
     points, errors, hours, hours_with_rows = _decode(spark, roots, start_ms, end_ms, TELEMETRY_STREAM)
     points_dir, rollups_dir = f"{output}/points", f"{output}/rollups"
-    with one_task_per_segment(spark):
+    # (a task holds one segment, of one hour: one writer; a second is a margin, and any further partition a
+    # task met would be sorted and written as before)
+    with one_task_per_segment(spark), writes_without_sort(spark, max_writers=2):
         (
             # No shuffle: a segment holds one archive hour, so each task writes one file, in its hour's
             # partition. (Gathering an hour into one task, for one file per hour, cost a tenth of the
-            # job and left one core to write a whole hour.) In the order of Spark's writer, (date,
-            # hour): a sort by more columns before it costs as much again.
+            # job and left one core to write a whole hour.) No sort either (``writes_without_sort``):
+            # the writer's sort by (date, hour) copied every row to order rows of one hour; a sort by
+            # more columns before it cost as much again.
             points.withColumn("time", F.timestamp_millis("time_ms"))
             .observe(points_written, rows)
             .write.mode("overwrite")
@@ -280,13 +300,14 @@ def compact_telemetry(
         c = (F.col("date") == F.lit(start.date())) & (F.col("hour") == start.hour)
         condition = c if condition is None else condition | c
     fresh = written.where(condition)
-    rollups = rollups_of(fresh)
+    points_count = points_written.get["rows"]
+    rollups = rollups_of(fresh, rollup_partitions(points_count, spark.sparkContext.defaultParallelism))
     rollups.observe(rollups_written, rows).write.mode("overwrite").partitionBy("date", "hour").parquet(rollups_dir)
     return TelemetryCompaction(
         points_dir=points_dir,
         rollups_dir=rollups_dir,
         hours=hours,
-        points=points_written.get["rows"],
+        points=points_count,
         rollups=rollups_written.get["rows"],
         errors=tuple(sorted(errors.value)),
     )
