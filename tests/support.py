@@ -7,8 +7,10 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 #: The options of the JVMs the tests start (the session's local Spark, tests/spark's standalone cluster): C1 only
 #: and the serial collector. The suite's Spark jobs are small and short: C2's compile threads, which pay back only
@@ -35,6 +37,39 @@ def environment(kept: tuple[str, ...] = (), **changes: str | None) -> Iterator[N
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextmanager
+def ray_nodes(root: Path, head: Mapping[str, Any], workers: Sequence[Mapping[str, Any]] = ()) -> Iterator[Any]:
+    """A ``ray.cluster_utils.Cluster`` of raylets on this host: a head with ``head`` (its ``temp_dir`` under
+    ``root``, which becomes ``RAY_TMPDIR``: Ray writes ``ray_current_cluster`` there) and one worker raylet per
+    entry of ``workers``; shut down and the environment put back on leaving. This process is not connected to it.
+
+    Started once more, as the launcher's private Ray is, when a node did not come up within Ray's 30 s
+    (``start_node_retrying_once``): a flake of a loaded 2-core machine that otherwise fails a whole module."""
+    from ray.cluster_utils import Cluster
+
+    from quotaplane.services.launcher._ray import start_node_retrying_once
+
+    started: list[Any] = []
+
+    def start() -> None:
+        for cluster in started:  # the first attempt's raylets, if it got that far
+            cluster.shutdown()
+        started.clear()
+        cluster = Cluster(initialize_head=True, head_node_args=dict(head), connect=False)
+        started.append(cluster)
+        for args in workers:
+            cluster.add_node(**args)
+        cluster.wait_for_nodes()
+
+    with environment(RAY_TMPDIR=str(root)):
+        try:
+            start_node_retrying_once(start, root)
+            yield started[0]
+        finally:
+            for cluster in started:
+                cluster.shutdown()
 
 
 def free_port() -> int:

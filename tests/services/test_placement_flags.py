@@ -22,7 +22,7 @@ import ray
 
 from quotaplane.services.cli import build_parser as _parser
 from quotaplane.services.launcher import LaunchError, launch, parse_resource_flags
-from tests.support import environment
+from tests.support import environment, ray_nodes
 
 from .conftest import COMMAND
 from .test_up import fails_with_one_line
@@ -90,25 +90,19 @@ def test_a_private_ray_offers_the_requested_resources_and_the_actors_take_them(t
 def ray_cluster_address() -> Iterator[str]:
     """A one-node Ray cluster (``ray.cluster_utils``) offering ``quotaplane_shard`` but no
     ``quotaplane_controller``; this process is not connected to it (``launch`` joins it)."""
-    from ray.cluster_utils import Cluster
-
     root = Path(tempfile.mkdtemp(prefix="qpf-"))  # short: Ray's unix socket paths have a length limit
     (root / "ray").mkdir()
-    with environment(RAY_TMPDIR=str(root), RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)):
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "resources": {"quotaplane_shard": 10},
-                "temp_dir": str(root / "ray"),
-                "include_dashboard": False,
-            },
-        )
-        try:
+    head = {
+        "num_cpus": 1,
+        "resources": {"quotaplane_shard": 10},
+        "temp_dir": str(root / "ray"),
+        "include_dashboard": False,
+    }
+    try:
+        with environment(RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)), ray_nodes(root, head) as cluster:
             yield cluster.address
-        finally:
-            cluster.shutdown()
-            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_joining_a_cluster_without_the_resource_fails_fast_in_one_line(ray_cluster_address: str, tmp_path: Path):

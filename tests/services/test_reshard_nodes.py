@@ -5,7 +5,6 @@ placed on the shard raylets, and the moved state pulled across raylets."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import ray
 
 from quotaplane.services.launcher import Cluster, launch
 from quotaplane.v1 import admin_pb2_grpc
+from tests.support import ray_nodes
 
 from .test_reshard import reshard_2_4_3_under_load
 
@@ -24,32 +24,16 @@ CONTROLLER_RESOURCE = "quotaplane_controller"
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from ray.cluster_utils import Cluster as RayNodes
-
     root = Path(tmp_path_factory.mktemp("raylets"))
     (root / "ray").mkdir()
-    saved = os.environ.get("RAY_TMPDIR")
-    os.environ["RAY_TMPDIR"] = str(root)  # Ray writes ray_current_cluster under it
-    raylets = RayNodes(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 2,
-            "resources": {CONTROLLER_RESOURCE: 1},
-            "temp_dir": str(root / "ray"),
-            "include_dashboard": False,
-        },
-    )
-    for _ in range(2):
-        raylets.add_node(num_cpus=0, resources={SHARD_RESOURCE: 100})
-    raylets.wait_for_nodes()
-    try:
+    head = {
+        "num_cpus": 2,
+        "resources": {CONTROLLER_RESOURCE: 1},
+        "temp_dir": str(root / "ray"),
+        "include_dashboard": False,
+    }
+    with ray_nodes(root, head, [{"num_cpus": 0, "resources": {SHARD_RESOURCE: 100}}] * 2) as raylets:
         yield raylets
-    finally:
-        raylets.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = saved
 
 
 @pytest.fixture(scope="module")

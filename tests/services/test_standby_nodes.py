@@ -24,6 +24,7 @@ from quotaplane.services.launcher import NODE_FAILURE_DETECTION, Cluster, launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
+from tests.support import ray_nodes
 
 from .conftest import entity
 
@@ -39,33 +40,17 @@ def _add_shard_node(raylets: object) -> object:
 
 @pytest.fixture
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from ray.cluster_utils import Cluster as RayNodes
-
     root = tmp_path_factory.mktemp("sb")  # short: Ray's unix sockets live under it (108-byte limit)
     (root / "ray").mkdir()
-    saved = os.environ.get("RAY_TMPDIR")
-    os.environ["RAY_TMPDIR"] = str(root)  # Ray writes ray_current_cluster under it
-    raylets = RayNodes(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 2,
-            "resources": {CONTROLLER_RESOURCE: 1},
-            "temp_dir": str(root / "ray"),
-            "include_dashboard": False,
-            "_system_config": dict(NODE_FAILURE_DETECTION),
-        },
-    )
-    for _ in range(2):
-        _add_shard_node(raylets)
-    raylets.wait_for_nodes()
-    try:
+    head = {
+        "num_cpus": 2,
+        "resources": {CONTROLLER_RESOURCE: 1},
+        "temp_dir": str(root / "ray"),
+        "include_dashboard": False,
+        "_system_config": dict(NODE_FAILURE_DETECTION),
+    }
+    with ray_nodes(root, head, [{"num_cpus": 0, "resources": {SHARD_RESOURCE: 100}}] * 2) as raylets:
         yield raylets
-    finally:
-        raylets.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = saved
 
 
 @pytest.fixture
