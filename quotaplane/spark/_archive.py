@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from quotaplane.archive import ArchiveCorruptError, decode_segment_bytes, parse_hour_partition, parse_segment_name
 
 from ._session import JobInputError
-from ._util import SetAccumulator
+from ._util import SetAccumulator, session_conf
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -191,14 +191,5 @@ def one_task_per_segment(spark: SparkSession) -> Iterator[None]:
     set to the partition size, no two files share a task (Spark hands out the biggest first). The
     setting is the session's: it is put back on leaving the block.
     """
-    conf = spark.conf
-    key = "spark.sql.files.openCostInBytes"
-    before = conf.get(key, None)
-    conf.set(key, conf.get("spark.sql.files.maxPartitionBytes"))
-    try:
+    with session_conf(spark, {"spark.sql.files.openCostInBytes": spark.conf.get("spark.sql.files.maxPartitionBytes")}):
         yield
-    finally:
-        if before is None:
-            conf.unset(key)
-        else:
-            conf.set(key, before)

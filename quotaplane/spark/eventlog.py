@@ -414,7 +414,7 @@ def _write_history(
         )
         # a task's rows come in (segment, offset) order already: written as they come, a file open per
         # segment of its chunk, where the writer's sort copied them all to put them in the same order
-        with writes_without_sort(spark, max_writers=max(1, *(len(s.chunk.ranges) for s in summaries))):
+        with writes_without_sort(spark, max_writers=max(len(s.chunk.ranges) for s in summaries)):
             history.write.mode("overwrite").partitionBy("segment").parquet(history_dir)
     finally:
         for broadcast in values:

@@ -146,9 +146,7 @@ def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[s
     A node whose raylet misses Ray's 30 s registration window, or whose GCS does not publish its port within
     30 s, is gone for good (Ray does not retry), though a second start usually succeeds at once: each seen once
     in a full test run on 2 cores, right after another private Ray of the same process had stopped. One retry,
-    logged, keeps ``up`` from failing on it. Ray raises
-    before it records the failed node, so ``ray.shutdown`` cannot stop that node's GCS and raylet: they are
-    killed by the session directory their command lines name, which is this cluster's own."""
+    logged, keeps ``up`` from failing on it (``start_node_retrying_once``)."""
     import ray
 
     dashboard_port = cluster.ray_dashboard_port
@@ -177,8 +175,10 @@ def _start_private_ray(cluster: Cluster, num_cpus: int | None, resources: dict[s
 
 
 def start_node_retrying_once(start: Callable[[], None], temp_dir: Path) -> None:
-    """``start()`` (a ``ray.init`` of a private Ray in ``temp_dir``), and once more if Ray's node timed out
-    during start-up, after ``ray.shutdown`` and the failed node's processes killed (see _start_private_ray)."""
+    """``start()`` (a ``ray.init`` of a private Ray in ``temp_dir``, or raylets started there), and once more if
+    Ray's node timed out during start-up. Ray raises before it records the failed node, so ``ray.shutdown``
+    cannot stop that node's GCS and raylet: they are killed by the session directory their command lines name,
+    which is under ``temp_dir``."""
     import ray
 
     try:
