@@ -8,9 +8,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 #: The options of the JVMs the tests start (the session's local Spark, tests/spark's standalone cluster): C1 only
 #: and the serial collector. The suite's Spark jobs are small and short: C2's compile threads, which pay back only
@@ -70,6 +72,52 @@ def ray_nodes(root: Path, head: Mapping[str, Any], workers: Sequence[Mapping[str
         finally:
             for cluster in started:
                 cluster.shutdown()
+
+
+class SharedContext(Generic[T]):
+    """A context several test modules share: entered on first use (``get``), left by ``close``.
+
+    A process holds one Ray at a time, and most test modules start their own: so the modules sharing one run one
+    after the other (``run_modules_together``) and it is closed when the next test is in a module that does not
+    use it (``leaves_modules``), not at the end of the session. A module asking for it after that gets a new
+    one: slower, never wrong."""
+
+    def __init__(self) -> None:
+        self._stack: ExitStack | None = None
+        self.value: T | None = None
+
+    def get(self, enter: Callable[[], AbstractContextManager[T]]) -> T:
+        if self._stack is None:
+            stack = ExitStack()
+            self.value = stack.enter_context(enter())
+            self._stack = stack
+        return self.value  # type: ignore[return-value]
+
+    @property
+    def open(self) -> bool:
+        return self._stack is not None
+
+    def close(self) -> None:
+        stack, self._stack, self.value = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+def run_modules_together(items: list[Any], fixture: str) -> set[object]:
+    """Reorder ``items`` (pytest's collected tests) so the modules with a test using ``fixture`` run one after
+    the other, where the first of them is (the modules between them move after them); those modules."""
+    using = {getattr(item, "module", None) for item in items if fixture in getattr(item, "fixturenames", ())}
+    if len(using) >= 2:
+        first = next(i for i, item in enumerate(items) if getattr(item, "module", None) in using)
+        grouped = [item for item in items if getattr(item, "module", None) in using]
+        rest = [item for item in items if getattr(item, "module", None) not in using]
+        items[:] = [*rest[:first], *grouped, *rest[first:]]
+    return using
+
+
+def leaves_modules(nextitem: Any, modules: set[object]) -> bool:
+    """Whether the next test (None: the session ends) is outside ``modules``: a shared context closes then."""
+    return nextitem is None or getattr(nextitem, "module", None) not in modules
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ import pytest
 import ray
 
 from quotaplane.services.launcher._ray import forget_ray_auth_token, start_node_retrying_once
-from tests.support import environment
+from tests.support import SharedContext, environment, leaves_modules, run_modules_together
 
 T = TypeVar("T")
 
@@ -52,39 +52,16 @@ def _start_ray(tmp_path_factory: pytest.TempPathFactory) -> ExitStack:
     return stack
 
 
-class _SharedRay:
-    """The Ray every module asking for ``ray_cluster`` shares, started on first use (starting one costs seconds).
-
-    A process holds one Ray at a time, and tests elsewhere start their own (``launch()`` in tests/services, a
-    module's own ``ray.init``): so the modules using it run one after the other (``pytest_collection_modifyitems``)
-    and it stops (``ray.shutdown``) when the next test is in a module that does not use it
-    (``pytest_runtest_teardown``). A module asking for it after that gets a new one. The modules name their actors
-    with prefixes of their own and kill them after each test, so they do not meet in the shared namespace."""
-
-    def __init__(self) -> None:
-        self.stack: ExitStack | None = None
-
-    def start(self, tmp_path_factory: pytest.TempPathFactory) -> None:
-        if self.stack is None:
-            self.stack = _start_ray(tmp_path_factory)
-
-    def close(self) -> None:
-        stack, self.stack = self.stack, None
-        if stack is not None:
-            stack.close()
-
-
-_RAY = _SharedRay()
+#: The Ray every module asking for ``ray_cluster`` shares, started on first use (starting one costs seconds). The
+#: modules name their actors with prefixes of their own and kill them after each test, so they do not meet in the
+#: shared namespace.
+_RAY: SharedContext[ExitStack] = SharedContext()
 #: the modules with a test using ``ray_cluster``, as collected
 _RAY_MODULES: set[object] = set()
 
 
-def _uses_ray(item: pytest.Item) -> bool:
-    return "ray_cluster" in getattr(item, "fixturenames", ())
-
-
 @pytest.fixture(scope="session")
-def _shared_ray() -> Iterator[_SharedRay]:
+def _shared_ray() -> Iterator[SharedContext[ExitStack]]:
     """Stops the shared Ray at the end of the session at the latest (normally it stops earlier)."""
     try:
         yield _RAY
@@ -93,23 +70,15 @@ def _shared_ray() -> Iterator[_SharedRay]:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(_shared_ray: _SharedRay, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """A local Ray for the module, shared with the other modules of tests/actors using it (``_SharedRay``)."""
-    _shared_ray.start(tmp_path_factory)
+def ray_cluster(_shared_ray: SharedContext[ExitStack], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A local Ray for the module, shared with the other modules of tests/actors using it (``SharedContext``)."""
+    _shared_ray.get(lambda: _start_ray(tmp_path_factory))
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the modules using ``ray_cluster`` one after the other, where the first of them is, in the order given
-    (the modules between them move after them), so that one Ray serves them all."""
-    using = {getattr(item, "module", None) for item in items if _uses_ray(item)}
+    """Run the modules using ``ray_cluster`` one after the other, so that one Ray serves them all."""
     _RAY_MODULES.clear()
-    _RAY_MODULES.update(using)
-    if len(using) < 2:
-        return
-    first = next(i for i, item in enumerate(items) if getattr(item, "module", None) in using)
-    grouped = [item for item in items if getattr(item, "module", None) in using]
-    rest = [item for item in items if getattr(item, "module", None) not in using]
-    items[:] = [*rest[:first], *grouped, *rest[first:]]
+    _RAY_MODULES.update(run_modules_together(items, "ray_cluster"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -117,7 +86,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """After the module fixtures' teardown: stop the shared Ray if the next test's module does not use it (it may
     start a Ray of its own)."""
     result = yield
-    if _RAY.stack is not None and (nextitem is None or getattr(nextitem, "module", None) not in _RAY_MODULES):
+    if _RAY.open and leaves_modules(nextitem, _RAY_MODULES):
         _RAY.close()
     return result
 

@@ -25,6 +25,7 @@ from quotaplane.services.launcher import Cluster, launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import config_events_pb2 as events_pb
+from tests.support import SharedContext, leaves_modules, run_modules_together
 
 _SCRIPT = Path(sys.executable).parent / "quotaplane"
 #: the installed console script (or the module, when the venv has no script)
@@ -127,48 +128,16 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         yield c
 
 
-class _SharedCluster:
-    """The cluster ``session_cluster`` hands to every module that opts in, started on first use.
-
-    A process holds one Ray at a time, and most modules here start their own (``launch``, ``ray.init``): so
-    the opting-in modules run one after the other (``pytest_collection_modifyitems``) and the cluster stops
-    when the next test is in a module that does not use it (``pytest_runtest_teardown``), not at the end of
-    the session. A module that asks for it again after that gets a new one: slower, never wrong."""
-
-    def __init__(self) -> None:
-        self.stack: ExitStack | None = None
-        self.cluster: Cluster | None = None
-
-    def get(self, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
-        if self.cluster is None:
-            stack = ExitStack()
-            self.cluster = stack.enter_context(launched(tmp_path_factory, "shared"))
-            self.stack = stack
-        return self.cluster
-
-    def close(self) -> None:
-        stack, self.stack, self.cluster = self.stack, None, None
-        if stack is not None:
-            stack.close()
-
-
-_SHARED = _SharedCluster()
+#: The cluster ``session_cluster`` hands to every module that opts in, started on first use (``SharedContext``).
+_SHARED: SharedContext[Cluster] = SharedContext()
 #: the fixture a module's tests use (through the module's ``cluster``) to share the one cluster
 SHARED_FIXTURE = "session_cluster"
 #: the modules with a test using it, as collected
 _SHARING_MODULES: set[object] = set()
 
 
-def _uses_shared(item: pytest.Item) -> bool:
-    return SHARED_FIXTURE in getattr(item, "fixturenames", ())
-
-
-def _module_of(item: pytest.Item) -> object:
-    return getattr(item, "module", None)
-
-
 @pytest.fixture(scope="session")
-def _shared_cluster_owner() -> Iterator[_SharedCluster]:
+def _shared_cluster_owner() -> Iterator[SharedContext[Cluster]]:
     """Stops the shared cluster at the end of the session at the latest (normally it stops earlier)."""
     try:
         yield _SHARED
@@ -178,7 +147,7 @@ def _shared_cluster_owner() -> Iterator[_SharedCluster]:
 
 @pytest.fixture(scope="module")
 def session_cluster(
-    _shared_cluster_owner: _SharedCluster, tmp_path_factory: pytest.TempPathFactory
+    _shared_cluster_owner: SharedContext[Cluster], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """The cluster shared by the modules that opt in: each overrides ``cluster`` to return this one.
 
@@ -186,7 +155,7 @@ def session_cluster(
     on a fresh cluster: none. A module may share only if it puts back any broker or topic config it changes
     (a fixture of its own), kills nothing of the cluster's, changes no shard count, and asserts nothing that needs
     a fresh cluster beyond that (an offset, a page another module's users could change); its users are its own."""
-    cluster = _shared_cluster_owner.get(tmp_path_factory)
+    cluster = _shared_cluster_owner.get(lambda: launched(tmp_path_factory, "shared"))
     with grpc.insecure_channel(cluster.admin_address) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         before = client_quotas(stub)
@@ -195,17 +164,9 @@ def session_cluster(
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the modules sharing ``session_cluster`` one after the other, where the first of them is, in the order
-    given (the modules between them move after them), so the one cluster serves them all."""
-    sharing = {_module_of(item) for item in items if _uses_shared(item)}
+    """Run the modules sharing ``session_cluster`` one after the other, so the one cluster serves them all."""
     _SHARING_MODULES.clear()
-    _SHARING_MODULES.update(sharing)
-    if len(sharing) < 2:
-        return
-    grouped = [item for item in items if _module_of(item) in sharing]
-    first = next(i for i, item in enumerate(items) if _module_of(item) in sharing)
-    rest = [item for item in items if _module_of(item) not in sharing]
-    items[:] = [*rest[:first], *grouped, *rest[first:]]
+    _SHARING_MODULES.update(run_modules_together(items, SHARED_FIXTURE))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -213,7 +174,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """After the module fixtures' teardown: stop the shared cluster if the next test's module does not use it
     (it may start a Ray of its own)."""
     result = yield
-    if _SHARED.cluster is not None and (nextitem is None or _module_of(nextitem) not in _SHARING_MODULES):
+    if _SHARED.open and leaves_modules(nextitem, _SHARING_MODULES):
         _SHARED.close()
     return result
 

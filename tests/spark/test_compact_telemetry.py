@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import date as date_
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -308,12 +309,11 @@ def _rollup_rows(draw: st.DrawFn) -> list[tuple]:
     return rows
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=_rollup_rows())
-def test_rollups_equal_a_plain_computation_on_random_series(spark, rows: list[tuple]) -> None:
+def spark_rollups(spark: Any, rows: list[tuple], partitions: int | None = None) -> dict[tuple, tuple]:
+    """``rollups_of`` over ``rows`` (``_ROLLUP_INPUT``), keyed as ``_reference_rollups`` keys its own."""
     from quotaplane.spark.telemetry import rollups_of
 
-    got = {
+    return {
         (r.date, r.hour, r.client_instance_id, r.metric, r.bucket_ms): (
             r.type,
             r.temporality,
@@ -323,9 +323,14 @@ def test_rollups_equal_a_plain_computation_on_random_series(spark, rows: list[tu
             r["sum"],
             r["last"],
         )
-        for r in rollups_of(spark.createDataFrame(rows, _ROLLUP_INPUT)).collect()
+        for r in rollups_of(spark.createDataFrame(rows, _ROLLUP_INPUT), partitions).collect()
     }
-    assert got == _reference_rollups(rows)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=_rollup_rows())
+def test_rollups_equal_a_plain_computation_on_random_series(spark, rows: list[tuple]) -> None:
+    assert spark_rollups(spark, rows) == _reference_rollups(rows)
 
 
 def test_each_segment_is_decoded_in_a_task_of_its_own(spark, archive: Path) -> None:
@@ -382,21 +387,7 @@ def test_rollup_last_of_tied_points_is_their_largest_value(spark, rows: list[tup
     their values (a missing one the smallest): what ``max_by(value, struct(time_ms, received_ms, value))``
     gave before the minute groups became hash aggregations; and every kind's type and temporality
     come back as they went in."""
-    from quotaplane.spark.telemetry import rollups_of
-
-    got = {
-        (r.date, r.hour, r.client_instance_id, r.metric, r.bucket_ms): (
-            r.type,
-            r.temporality,
-            r["count"],
-            r["min"],
-            r["max"],
-            r["sum"],
-            r["last"],
-        )
-        for r in rollups_of(spark.createDataFrame(rows, _ROLLUP_INPUT)).collect()
-    }
-    assert got == _reference_rollups(rows)
+    assert spark_rollups(spark, rows) == _reference_rollups(rows)
 
 
 def test_rollups_fail_on_a_type_they_could_not_give_back(spark) -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from quotaplane.spark._util import writes_without_sort
 from quotaplane.spark.telemetry import POINTS_PER_ROLLUP_TASK, rollup_partitions
 
-from .test_compact_telemetry import _ROLLUP_INPUT, _reference_rollups, _rollup_rows
+from .test_compact_telemetry import _reference_rollups, _rollup_rows, spark_rollups
 
 _SETTINGS = ("spark.sql.optimizer.plannedWrite.enabled", "spark.sql.maxConcurrentOutputFileWriters")
 
@@ -71,18 +71,4 @@ def test_rollup_partitions_are_whole_waves_of_bounded_tasks(points: int, cores: 
 def test_rollups_in_any_number_of_tasks_equal_a_plain_computation(
     spark: Any, rows: list[tuple], partitions: int
 ) -> None:
-    from quotaplane.spark.telemetry import rollups_of
-
-    got = {
-        (r.date, r.hour, r.client_instance_id, r.metric, r.bucket_ms): (
-            r.type,
-            r.temporality,
-            r["count"],
-            r["min"],
-            r["max"],
-            r["sum"],
-            r["last"],
-        )
-        for r in rollups_of(spark.createDataFrame(rows, _ROLLUP_INPUT), partitions).collect()
-    }
-    assert got == _reference_rollups(rows)
+    assert spark_rollups(spark, rows, partitions) == _reference_rollups(rows)
