@@ -15,12 +15,13 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY quotaplane quotaplane
 COPY protos protos
-# a C compiler only while installing: setup.py compiles the quota core's batch hot path with Cython (without one the
-# package would install the pure-Python path, slower by a quarter)
+# a C compiler only while installing: setup.py compiles the quota core's batch hot path and the telemetry job's point
+# decoder with Cython (without one the package would install the pure-Python paths, slower)
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install . && rm -rf /src \
     && python -c "from quotaplane.quota import compiled_core; assert compiled_core(), 'compiled core not built'" \
+    && python -c "from quotaplane.spark import compiled_decoder; assert compiled_decoder(), 'decoder not built'" \
     && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --gid 1000 quotaplane \

@@ -8,7 +8,9 @@ runtime range in ``[project.dependencies]``.
 
 It also compiles the client quota managers' batch hot path (``quotaplane/quota/_record_compiled.pyx``) with
 Cython. The pure-Python path stays the reference and the fallback: where no C compiler is found the package
-installs without the extension (with a warning) and ``quotaplane.quota.compiled_core()`` returns False.
+installs without the extension (with a warning) and ``quotaplane.quota.compiled_core()`` returns False. The same
+holds for the Spark telemetry job's point decoder (``quotaplane/spark/_points_compiled.pyx``;
+``quotaplane.spark.compiled_decoder()``).
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ def compiled_extensions() -> list[Extension]:
         print("quotaplane: Cython not installed; the compiled core is not built, the pure-Python path will be used")
         return []
     return cythonize(
-        [Extension("quotaplane.quota._record_compiled", ["quotaplane/quota/_record_compiled.pyx"])],
+        [
+            Extension("quotaplane.quota._record_compiled", ["quotaplane/quota/_record_compiled.pyx"]),
+            Extension("quotaplane.spark._points_compiled", ["quotaplane/spark/_points_compiled.pyx"]),
+        ],
         compiler_directives={"language_level": "3"},
         quiet=True,
     )

@@ -11,10 +11,12 @@
 
 Every job runs on an embedded ``local[*]`` Spark by default and on any master given (``spark_session``).
 The executors run quotaplane's own decoders (frames, CRC32C, zstd, OTLP), so their Python must have
-quotaplane installed. Input problems are ``JobInputError`` (one line, raised before anything is
-written).
+quotaplane installed; they read OTLP data points with a compiled decoder where the install built it
+(``compiled_decoder()``; the Python walk is its reference and fallback). Input problems are
+``JobInputError`` (one line, raised before anything is written).
 """
 
+from ._arrow_telemetry import compiled_decoder
 from ._session import DEFAULT_MASTER, JobInputError, spark_session
 from .eventlog import LogCompaction, compact_log
 from .telemetry import TelemetryCompaction, compact_telemetry, decode_telemetry
@@ -28,6 +30,7 @@ __all__ = [
     "ThrottleReport",
     "compact_log",
     "compact_telemetry",
+    "compiled_decoder",
     "decode_telemetry",
     "spark_session",
     "throttle_report",

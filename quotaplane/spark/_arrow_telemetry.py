@@ -9,7 +9,9 @@ what is per metric (name, type, temporality) is stored once and spread over the 
 of a point row's bytes) stays once per push: the batch has a row per push (``PUSH_ARROW_SCHEMA``) and
 its points in a list, which the job spreads into point rows (``POINT_ARROW_SCHEMA``) with ``inline`` in
 the JVM (that took a tenth off the points write, against a row per point from here). Spark receives the
-columns through ``mapInArrow``, with no Python object per row on its side.
+columns through ``mapInArrow``, with no Python object per row on its side. The points themselves are read
+from each push's bytes by a compiled decoder (``_points_compiled.pyx``) where the install built it: the walk
+of the parsed push in ``_Columns._add_points`` is its reference and its fallback.
 
 The rows are exactly those a per-record walk of the pushes gives (``tests/spark/test_arrow_bulk_telemetry.py``
 holds that reference and compares it with ``points_of_pushes`` on random pushes; ``test_telemetry_push_rows``
@@ -18,9 +20,12 @@ with the job's ``inline`` in Spark).
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from itertools import accumulate
+from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
@@ -32,6 +37,7 @@ __all__ = [
     "POINT_ARROW_SCHEMA",
     "PUSH_ARROW_SCHEMA",
     "any_value_text",
+    "compiled_decoder",
     "point_batch",
     "points_of_pushes",
     "push_batch",
@@ -99,6 +105,26 @@ PUSH_ARROW_SCHEMA = pa.schema(
 
 _TEMPORALITY = {1: "delta", 2: "cumulative"}
 _METRIC_TYPES = (pa.string(), pa.string(), pa.string(), pa.bool_())
+
+
+def _load_decoder() -> ModuleType | None:
+    """The compiled point decoder, built by ``setup.py`` with Cython at install; None where it was not built
+    or where ``QUOTAPLANE_PURE_CORE=1`` asks for the pure-Python paths (as for the quota core)."""
+    if os.environ.get("QUOTAPLANE_PURE_CORE", "").strip() not in ("", "0"):
+        return None
+    try:
+        # by name: the extension module has no source for the package's import-graph check to read
+        return importlib.import_module(f"{__package__}._points_compiled")
+    except ImportError:
+        return None
+
+
+_DEFAULT_DECODER = _load_decoder()
+
+
+def compiled_decoder() -> bool:
+    """Whether this process decodes telemetry points with the compiled decoder (else the Python walk)."""
+    return _DEFAULT_DECODER is not None
 
 
 def any_value_text(value: Any) -> str:
@@ -175,7 +201,10 @@ class _Columns:
         # one for a point with attributes (and the lists' appends)
         self._add_attributes = add_attributes
 
-    def add(self, record: ArchiveRecord, metrics_data: Any) -> None:
+    def add(self, record: ArchiveRecord, metrics_data: Any, decoder: ModuleType | None = None) -> None:
+        """Appends one push: ``metrics_data`` is its body parsed. Its points are read from the body's bytes by
+        ``decoder`` (``_points_compiled``) if given, and walked in the parsed message where it is not or where
+        it sends the push back."""
         received = record.time_ms
         self.received.append(received)
         labels = record.labels
@@ -184,6 +213,12 @@ class _Columns:
         self.label_offsets.append(len(self.label_keys))
         for column, key in zip(self.heads, _HEAD_NAMES, strict=True):
             column.append(labels.get(key))
+        if decoder is None or not decoder.add_points(self, received, record.body):
+            self._add_points(received, metrics_data)
+        self.point_offsets.append(len(self.time_ms))
+
+    def _add_points(self, received: int, metrics_data: Any) -> None:
+        """The reference walk of a parsed push's data points (``_points_compiled`` does the same from bytes)."""
         metric_col, metric_ids = self.metric, self.metric_ids
         times = self.time_ms
         time_append, start_append = times.append, self.start_ms.append
@@ -232,7 +267,6 @@ class _Columns:
                             count_append(point.count)
                             kvs = point.attributes
                             attr_count_append(add_attributes(kvs) if kvs else 0)
-        self.point_offsets.append(len(times))
 
     def _counts(self) -> pa.Array:
         n = len(self.time_ms)
@@ -293,13 +327,18 @@ def points_of_pushes(pushes: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def push_batch(
-    path: str, hour_ms: int, records: Iterable[ArchiveRecord], bad_record: Any = None
+    path: str,
+    hour_ms: int,
+    records: Iterable[ArchiveRecord],
+    bad_record: Any = None,
+    decoder: ModuleType | None = _DEFAULT_DECODER,
 ) -> tuple[pa.RecordBatch, int]:
     """The ``PUSH_ARROW_SCHEMA`` rows of ``records`` (pushes of the segment ``path``, archive hour
     ``hour_ms``) and their number of data points.
 
     A record whose body is not OTLP ``MetricsData`` is skipped and, if given, ``bad_record(record,
-    reason)`` is called (the reason names the protobuf error).
+    reason)`` is called (the reason names the protobuf error). ``decoder``: the compiled point decoder, or
+    None for the Python walk (the tests compare the two).
     """
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
@@ -313,7 +352,7 @@ def push_batch(
             if bad_record is not None:
                 bad_record(record, f"body is not an OTLP MetricsData: {exc}")
             continue
-        columns.add(record, metrics_data)
+        columns.add(record, metrics_data, decoder)
     return columns.batch(path, hour_ms), columns.points
 
 

@@ -91,6 +91,7 @@ def test_the_copied_context_builds_the_wheel_with_the_cli(tmp_path: Path) -> Non
         assert f"quotaplane/v1/{stub}" in names, stub
     # the quota core's hot path compiled from its .pyx, not copied from a working tree's in-place build
     assert [n for n in names if re.fullmatch(r"quotaplane/quota/_record_compiled\..*\.so", n)], "no compiled core"
+    assert [n for n in names if re.fullmatch(r"quotaplane/spark/_points_compiled\..*\.so", n)], "no compiled decoder"
 
 
 def test_the_image_is_what_the_chart_runs() -> None:
