@@ -10,7 +10,8 @@ frontend serves), ``kafka_response`` (``decode_response`` of every response the 
 ``rewrite_response`` for the address carriers it re-encodes), ``proxy_frames`` (the proxy's in-place frame
 readers: ``peek_client_id``, ``produce_acks``, ``fetch_limits``, ``set_throttle_time``, ``producer_ids``...),
 ``telemetry_decompress`` (KIP-714 ``decompress``, every codec, with a size cap), ``otlp_metrics``
-(``decode_metrics_data``), ``grpc_quota`` (protobuf parse of the gateway's batches, then their checks),
+(``decode_metrics_data``), ``telemetry_points`` (the Spark job's compiled point decoder, which must give its
+reference's columns on every input protobuf accepts), ``grpc_quota`` (protobuf parse of the gateway's batches, then their checks),
 ``config_frames`` (``iter_frames`` + ``decode_event_batch``), ``config_recovery`` (segment recovery, read
 only), ``config_snapshot`` (``read_snapshot``), ``config_recovery_point`` (a log opened behind a mutated
 recovery-point checkpoint must equal a full scan: no exception allowed), ``archive_segment``
@@ -304,6 +305,37 @@ def _otlp_target() -> Target:
     return Target("otlp_metrics", run, (InvalidRecordError,), lambda: [b"", _metrics_data_seed()])
 
 
+def _telemetry_points_target() -> Target:
+    """The Spark telemetry job's compiled point decoder against its reference, the walk of the parsed push: on
+    every input protobuf accepts, the two must give the same columns (floats compared by their bits)."""
+    import struct
+
+    from quotaplane.archive import ArchiveRecord
+    from quotaplane.spark import _arrow_telemetry
+
+    compiled = _arrow_telemetry._DEFAULT_DECODER
+    if compiled is None:
+        raise SystemExit("telemetry_points: the compiled decoder is not built (no C compiler at install?)")
+
+    def bits(value: Any) -> Any:
+        if isinstance(value, float):
+            return struct.pack("<d", value)
+        if isinstance(value, dict):
+            return {k: bits(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [bits(v) for v in value]
+        return value
+
+    def run(data: bytes) -> None:
+        records = [ArchiveRecord(1_700_000_000_000, {"client_id": "c"}, data)]
+        reference = _arrow_telemetry.push_batch("s", 1_700_000_000_000, records, decoder=None)
+        fast = _arrow_telemetry.push_batch("s", 1_700_000_000_000, records, decoder=compiled)
+        if reference[1] != fast[1] or bits(reference[0].to_pylist()) != bits(fast[0].to_pylist()):
+            raise AssertionError("the compiled point decoder differs from the reference")
+
+    return Target("telemetry_points", run, (), lambda: [b"", _metrics_data_seed()])
+
+
 def _grpc_target() -> Target:
     """Selector byte: which batch message; the rest is parsed as gRPC would (protobuf), then checked."""
     from google.protobuf.message import DecodeError
@@ -575,6 +607,7 @@ TARGET_FACTORIES: dict[str, Callable[[], Target]] = {
     "proxy_frames": _proxy_frames_target,
     "telemetry_decompress": _telemetry_target,
     "otlp_metrics": _otlp_target,
+    "telemetry_points": _telemetry_points_target,
     "grpc_quota": _grpc_target,
     "config_frames": _config_frames_target,
     "config_recovery": _config_recovery_target,

@@ -104,6 +104,13 @@ PUSH_ARROW_SCHEMA = pa.schema(
 )
 
 _TEMPORALITY = {1: "delta", 2: "cumulative"}
+_INT64_MAX = 2**63 - 1
+
+
+class PointOutOfRangeError(ValueError):
+    """A push holds a value the points table cannot store."""
+
+
 _METRIC_TYPES = (pa.string(), pa.string(), pa.string(), pa.bool_())
 
 
@@ -206,6 +213,18 @@ class _Columns:
         ``decoder`` (``_points_compiled``) if given, and walked in the parsed message where it is not or where
         it sends the push back."""
         received = record.time_ms
+        lengths = [len(column) for column in self._point_columns()]
+        metrics = len(self.metric_ids)
+        if decoder is None or not decoder.add_points(self, received, record.body):
+            self._add_points(received, metrics_data)
+        counts = self.count
+        if len(counts) > lengths[5] and max(counts[lengths[5] :]) > _INT64_MAX:
+            # OTLP counts are uint64, the points table's an int64: the push is left out, named (the archive keeps it)
+            for column, length in zip(self._point_columns(), lengths, strict=True):
+                del column[length:]
+            for key in list(self.metric_ids)[metrics:]:
+                del self.metric_ids[key]
+            raise PointOutOfRangeError("a data point's count is 2**63 or more: the points table's count is an int64")
         self.received.append(received)
         labels = record.labels
         self.label_keys += labels.keys()
@@ -213,9 +232,21 @@ class _Columns:
         self.label_offsets.append(len(self.label_keys))
         for column, key in zip(self.heads, _HEAD_NAMES, strict=True):
             column.append(labels.get(key))
-        if decoder is None or not decoder.add_points(self, received, record.body):
-            self._add_points(received, metrics_data)
         self.point_offsets.append(len(self.time_ms))
+
+    def _point_columns(self) -> tuple[list[Any], ...]:
+        """The per-point lists (``count`` the sixth)."""
+        return (
+            self.metric,
+            self.time_ms,
+            self.start_ms,
+            self.value,
+            self.count_at,
+            self.count,
+            self.attr_counts,
+            self.attr_keys,
+            self.attr_values,
+        )
 
     def _add_points(self, received: int, metrics_data: Any) -> None:
         """The reference walk of a parsed push's data points (``_points_compiled`` does the same from bytes)."""
@@ -336,8 +367,9 @@ def push_batch(
     """The ``PUSH_ARROW_SCHEMA`` rows of ``records`` (pushes of the segment ``path``, archive hour
     ``hour_ms``) and their number of data points.
 
-    A record whose body is not OTLP ``MetricsData`` is skipped and, if given, ``bad_record(record,
-    reason)`` is called (the reason names the protobuf error). ``decoder``: the compiled point decoder, or
+    A record whose body is not OTLP ``MetricsData``, or holds a count the points table cannot store (2**63
+    or more), is skipped and, if given, ``bad_record(record, reason)`` is called (the reason names the
+    protobuf error or the count). ``decoder``: the compiled point decoder, or
     None for the Python walk (the tests compare the two).
     """
     from google.protobuf.message import DecodeError
@@ -352,7 +384,11 @@ def push_batch(
             if bad_record is not None:
                 bad_record(record, f"body is not an OTLP MetricsData: {exc}")
             continue
-        columns.add(record, metrics_data, decoder)
+        try:
+            columns.add(record, metrics_data, decoder)
+        except PointOutOfRangeError as exc:
+            if bad_record is not None:
+                bad_record(record, str(exc))
     return columns.batch(path, hour_ms), columns.points
 
 
