@@ -13,21 +13,28 @@ alone (each header has its own CRC) and verifies and decodes only its own, so ev
 exactly once, by the chunk that owns it; a range that ends its segment also checks that the segment
 ends where the next one begins.
 
-Each chunk is read twice (``eventlog``'s docstring): ``summarize`` reports what the driver needs to
-seed the second pass (each config key's last event in the chunk, the request ids frame by frame,
-counts); ``history_batch`` then gives the chunk's history rows, old values starting from the values
-the driver computed for the chunk.
+Each chunk is decoded once (``eventlog``'s docstring): ``first_pass`` builds the chunk's history rows
+with the old values the chunk itself knows (``local_history``: every event's but the first of each
+config key), keeps them on the executor's local disk for the second pass (``cache_rows``), and reports
+what the driver needs (each config key's last event in the chunk, the request ids frame by frame,
+counts). ``history_rows`` then fills in the first events' old values, which the driver computed from the
+chunks before, and decodes the chunk again only if its rows are not on this machine (another executor
+ran the first pass, or it is gone).
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
+import gc
 import json
-from collections.abc import Iterable, Iterator, Sequence
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import zstandard
 
 from quotaplane.config import ConfigResourceType, CorruptLogError, client_metrics_configs
@@ -55,14 +62,17 @@ __all__ = [
     "Frame",
     "LogEvents",
     "SegmentRange",
+    "cache_path",
     "chunk_events",
     "chunk_frames",
     "deleted_message",
     "events_of_batch",
+    "first_pass",
     "frames_of",
-    "history_batch",
+    "gc_paused",
+    "history_rows",
     "last_rows",
-    "summarize",
+    "local_history",
 ]
 
 QUOTA, METRICS, CONFIG = "client-quota", "client-metrics", "config"
@@ -108,7 +118,7 @@ class LogEvents:
             getattr(self, name).extend(column if whole else column[lo:hi])
 
     def take(self, rows: Sequence[int]) -> LogEvents:
-        """The events at ``rows`` (ascending)."""
+        """The events at ``rows``, in that order."""
         return LogEvents(*([column[i] for i in rows] for column in (getattr(self, name) for name in _FIELDS)))
 
     def config_keys(self) -> Iterator[ConfigKey]:
@@ -135,7 +145,7 @@ _ENTRY_TYPES = (
     ("quota_value", pa.float64()),
     ("record", pa.binary()),
 )
-#: A config key's last event, as ``summarize`` reports it and the snapshot is built from.
+#: A config key's last event, as ``first_pass`` reports it and the snapshot is built from.
 ENTRY_SCHEMA = pa.schema(list(_ENTRY_TYPES))
 
 
@@ -232,14 +242,23 @@ class Chunk:
     ranges: tuple[SegmentRange, ...]
 
 
-def chunk_events(chunk: Chunk, start: int, up_to: int, segments: list[tuple[int, int]] | None = None) -> LogEvents:
+def chunk_events(
+    chunk: Chunk,
+    start: int,
+    up_to: int,
+    segments: list[tuple[int, int]] | None = None,
+    frame_sizes: list[int] | None = None,
+) -> LogEvents:
     """The chunk's events in ``[start, up_to)``; raises ``CorruptLogError`` (or ``FileNotFoundError``),
-    as ``chunk_frames`` does. ``segments``, if given, gets ``(segment base, events)`` per segment read."""
+    as ``chunk_frames`` does. ``segments``, if given, gets ``(segment base, events)`` per segment read,
+    ``frame_sizes`` the events read of each frame."""
     out = LogEvents()
     for frame in chunk_frames(chunk, start, up_to):
         out.extend(frame.events(), frame.lo, frame.hi)
         if segments is not None:
             _count_in_segment(segments, frame)
+        if frame_sizes is not None:
+            frame_sizes.append(frame.hi - frame.lo)
     return out
 
 
@@ -331,18 +350,21 @@ def deleted_message(path: str) -> str:
 
 @dataclass(slots=True)
 class ChunkSummary:
-    """What the first pass learns of one chunk: enough to check coverage, seed the second pass with each
-    key's value before the chunk, and write the snapshot, without sending the chunk's events back."""
+    """What the first pass learns of one chunk: enough to check coverage, fill in the second pass's old
+    values and write the snapshot, without sending the chunk's events back."""
 
     chunk: Chunk
     error: str | None = None
     events: int = 0
     last_offset: int = -1
     last_commit_time_ms: int = 0
-    last: bytes = b""  # each config key's last event in the chunk: an Arrow IPC stream of ENTRY_SCHEMA
+    # each config key's last event in the chunk, in the order of the keys' first events in it (the order
+    # of the rows whose old values the driver supplies): an Arrow IPC stream of ENTRY_SCHEMA
+    last: bytes = b""
     segments: list[tuple[int, int]] = field(default_factory=list)  # (segment base, events) per range read
     frame_sizes: list[int] = field(default_factory=list)  # events per frame, in order
     request_ids: list[str] = field(default_factory=list)  # every event's request id, in order
+    cache: str | None = None  # where the executor left the chunk's rows (``cache_rows``), if it could
 
     def last_table(self) -> pa.Table:
         return pa.ipc.open_stream(self.last).read_all()
@@ -353,68 +375,30 @@ def last_rows(events: LogEvents) -> list[int]:
     return sorted(dict(zip(events.config_keys(), range(len(events)), strict=False)).values())
 
 
-def summarize(chunk: Chunk, start: int, up_to: int) -> ChunkSummary:
-    """The first pass over one chunk (in an executor); a bad chunk is a summary with ``error`` set.
+_FIRST = object()  # a key's first event in a chunk: its old value comes from before the chunk
 
-    Only what the summary needs is built: each event's config key (for a frame of quota changes, zipped
-    from its columns) and request id; whole events only for the frames holding a key's last event.
-    """
-    summary = ChunkSummary(chunk)
-    frames: list[Frame] = []
-    winners: dict[ConfigKey, tuple[int, int]] = {}  # key -> (frame, index in the frame) of its last event
-    request_ids = summary.request_ids
-    try:
-        for f, frame in enumerate(chunk_frames(chunk, start, up_to)):
-            frames.append(frame)
-            columns, lo, hi = frame.columns, frame.lo, frame.hi
-            kinds, entities = kinds_and_entities(columns)
-            n = hi - lo
-            if kinds.count(KIND_CLIENT_QUOTA) == len(kinds):
-                keys: Iterable[ConfigKey] = zip(
-                    itertools.repeat(QUOTA, n), entities[lo:hi], columns.quota_key[lo:hi], strict=True
-                )
-            else:
-                events = frame.events()
-                keys = itertools.islice(events.config_keys(), lo, hi)
-            winners.update(zip(keys, zip(itertools.repeat(f, n), range(lo, hi), strict=True), strict=True))
-            request_ids += columns.request_id[lo:hi]
-            summary.frame_sizes.append(n)
-            _count_in_segment(summary.segments, frame)
-        last = LogEvents()
-        by_frame: dict[int, list[int]] = {}
-        for f, i in sorted(winners.values()):
-            by_frame.setdefault(f, []).append(i)
-        for f, rows in by_frame.items():
-            events = frames[f].events()
-            last.extend(events.take(rows))
-    except CorruptLogError as exc:
-        return ChunkSummary(chunk, error=str(exc))
-    except FileNotFoundError as exc:
-        return ChunkSummary(chunk, error=deleted_message(str(exc.filename)))
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, ENTRY_SCHEMA) as writer:
-        writer.write_table(last.table())
-    summary.events, summary.last = len(request_ids), sink.getvalue().to_pybytes()
-    if frames:
-        final = frames[-1]
-        summary.last_offset = final.base_offset + final.hi - 1
-        summary.last_commit_time_ms = final.columns.commit_time_ms[final.hi - 1]
-    return summary
+#: The history rows as a chunk knows them (``HISTORY_SCHEMA``, then ``first``).
+LOCAL_NAMES = [column.split()[0] for column in HISTORY_SCHEMA.split(", ")] + ["first"]
 
 
-def history_batch(
-    events: LogEvents, values: dict[ConfigKey, str | None], segments: Sequence[tuple[int, int]]
-) -> pa.RecordBatch:
-    """The history rows (``HISTORY_SCHEMA``) of ``events``: each one's old value is its key's previous
-    value, from ``values`` (each key's value before them, carried forward as the rows go); ``segments``
-    the ``(segment base, events)`` runs they come from."""
-    old_values: list[str | None] = []
-    before = values.get
-    for key, new in zip(events.config_keys(), events.new_value, strict=True):
-        old_values.append(before(key))
+def local_history(events: LogEvents, segments: Sequence[tuple[int, int]]) -> tuple[pa.RecordBatch, list[int]]:
+    """The history rows of a chunk's ``events`` (``LOCAL_NAMES``) as far as the chunk knows them: each
+    event's old value is its key's previous value in the chunk, except at each key's first event, where it
+    is null and ``first`` is true (``history_rows`` fills those in, in row order); and the row of each
+    key's last event, in the order of the keys' first events (dict order: an update keeps a key's place).
+    ``segments``: the ``(segment base, events)`` runs the events come from."""
+    keys = list(events.config_keys())
+    values: dict[ConfigKey, str | None] = {}
+    get = values.get
+    old: list[Any] = []
+    append = old.append
+    for key, new in zip(keys, events.new_value, strict=True):
+        append(get(key, _FIRST))
         values[key] = new
+    first = [value is _FIRST for value in old]
+    last = list(dict(zip(keys, range(len(keys)), strict=True)).values())
     string = pa.string()
-    return pa.RecordBatch.from_arrays(
+    rows = pa.RecordBatch.from_arrays(
         [
             pa.array(events.offset, pa.int64()),
             pa.array(events.commit_time_ms, pa.int64()),
@@ -423,15 +407,129 @@ def history_batch(
             pa.array(events.kind, string),
             pa.array(events.entity, string),
             pa.array(events.key, string),
-            pa.array(old_values, string),
+            pa.array([None if value is _FIRST else value for value in old], string),
             pa.array(events.new_value, string),
             # a chunk may own no frame at all (frames larger than chunks): no rows, and no run to concatenate
             pa.concat_arrays([pa.repeat(pa.scalar(base, pa.int64()), n) for base, n in segments])
             if segments
             else pa.array([], pa.int64()),
+            pa.array(first, pa.bool_()),
         ],
-        names=[column.split()[0] for column in HISTORY_SCHEMA.split(", ")],
+        names=LOCAL_NAMES,
     )
+    return rows, last
+
+
+def cache_path(token: str, index: int) -> str:
+    """Where an executor keeps chunk ``index``'s rows between the passes of run ``token``: in Spark's local
+    directory for this executor (``SPARK_LOCAL_DIRS``, which Spark deletes when the executor stops), else
+    the temporary directory. Another machine's executor does not find it there and decodes the chunk."""
+    local_dirs = os.environ.get("SPARK_LOCAL_DIRS")
+    directory = local_dirs.split(",")[0] if local_dirs else tempfile.gettempdir()
+    return os.path.join(directory, f"quotaplane-log-{token}-{index}.arrow")
+
+
+def cache_rows(rows: pa.RecordBatch, path: str) -> str | None:
+    """Write ``rows`` to ``path`` (Arrow IPC file, renamed into place whole: a retried task rewrites it);
+    ``path``, or None if it could not be written (the second pass then decodes the chunk again)."""
+    staging = f"{path}.{os.getpid()}.tmp"
+    try:
+        with pa.OSFile(staging, "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
+            writer.write_batch(rows)
+        os.replace(staging, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(staging)
+        return None
+    return path
+
+
+def _cached_rows(path: str | None, events: int) -> pa.RecordBatch | None:
+    """The rows ``cache_rows`` left at ``path`` (removed once read), or None if they are not on this machine."""
+    if path is None:
+        return None
+    try:
+        with pa.memory_map(path) as source:
+            reader = pa.ipc.open_file(source)
+            rows = reader.get_batch(0) if reader.num_record_batches == 1 else None
+        os.remove(path)
+    except (OSError, pa.ArrowInvalid):
+        return None
+    if rows is None or rows.num_rows != events or rows.schema.names != LOCAL_NAMES:
+        return None
+    return rows
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Within the block, no cyclic garbage collection (as it was before, after it).
+
+    Why: decoding a chunk allocates a few million objects, none in a cycle (lists, strings, the keys'
+    tuples); each 700 of them trigger a collection that walks the young objects, and every tenth one the
+    older, which measured 15 % of a chunk's decoding. Reference counting frees them all the same."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def first_pass(chunk: Chunk, start: int, up_to: int, cache: str | None) -> ChunkSummary:
+    """The first pass over one chunk (in an executor); a bad chunk is a summary with ``error`` set.
+
+    The chunk is decoded and its history rows built as far as it knows them (``local_history``); those are
+    kept at ``cache`` (``cache_path``, None: not kept) for the second pass, and the summary carries each
+    key's last event and the request ids.
+    """
+    segments: list[tuple[int, int]] = []
+    frame_sizes: list[int] = []
+    with gc_paused():
+        try:
+            events = chunk_events(chunk, start, up_to, segments=segments, frame_sizes=frame_sizes)
+        except CorruptLogError as exc:
+            return ChunkSummary(chunk, error=str(exc))
+        except FileNotFoundError as exc:
+            return ChunkSummary(chunk, error=deleted_message(str(exc.filename)))
+        rows, last = local_history(events, segments)
+        entries = events.take(last).table()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, ENTRY_SCHEMA) as writer:
+        writer.write_table(entries)
+    summary = ChunkSummary(
+        chunk,
+        events=len(events),
+        last=sink.getvalue().to_pybytes(),
+        segments=segments,
+        frame_sizes=frame_sizes,
+        request_ids=events.request_id,
+        cache=cache_rows(rows, cache) if cache is not None and len(events) else None,
+    )
+    if len(events):
+        summary.last_offset, summary.last_commit_time_ms = events.offset[-1], events.commit_time_ms[-1]
+    return summary
+
+
+def history_rows(
+    chunk: Chunk, start: int, up_to: int, cache: str | None, events: int, before: pa.Array
+) -> pa.RecordBatch:
+    """The second pass over one chunk: its history rows (``HISTORY_SCHEMA``), from the rows the first pass
+    kept at ``cache`` if this machine has them (``events`` of them), else decoded again (raising as
+    ``chunk_events`` does); ``before`` holds the old value of each key's first event in the chunk, in the
+    order of those events (None: the key had no value)."""
+    rows = _cached_rows(cache, events)
+    if rows is None:
+        segments: list[tuple[int, int]] = []
+        with gc_paused():
+            rows, _ = local_history(chunk_events(chunk, start, up_to, segments=segments), segments)
+    first = rows.column("first")
+    if first.true_count != len(before):
+        raise RuntimeError(f"{first.true_count} keys start in the chunk, and {len(before)} values before it")
+    old = pc.replace_with_mask(rows.column("old_value"), first, before)
+    columns = rows.columns[:-1]
+    columns[LOCAL_NAMES.index("old_value")] = old
+    return pa.RecordBatch.from_arrays(columns, names=LOCAL_NAMES[:-1])
 
 
 def frames_of(

@@ -29,15 +29,18 @@ entries seed the state and the history's old values, and history rows start at i
 partition of a segment that snapshot cuts through is only written if it does not exist yet, so a
 complete earlier partition is never replaced by a partial one.
 
-**How it runs: two passes, no shuffle.** The range ``[start, up_to)`` is cut into equal chunks (at least
-one per core, across and inside segments; ``_log_events``). Pass one reads every chunk in parallel and
-sends back only each config key's last event in the chunk and the chunk's request ids; the driver folds
-those in offset order into each key's value before each chunk and its last event overall (the
-snapshot's entries). Pass two reads each chunk again and writes its history rows, old values carried
-from the values before it, straight into the segments' partitions, in the order they come: no window,
-no shuffle, no sort (``writes_without_sort``: a file open per segment a chunk holds). The old values
-equal a window ``lag`` over each key in offset order, and the snapshot the image's own (tests compare
-both with the log's own reader and ``ConfigStore``).
+**How it runs: two passes, no shuffle, one decode.** The range ``[start, up_to)`` is cut into equal chunks
+(at least one per core, across and inside segments; ``_log_events``). Pass one decodes every chunk in
+parallel, builds its history rows with the old values the chunk itself knows (all but each key's first
+event's), leaves them on the executor's local disk, and sends back only each config key's last event in
+the chunk and the chunk's request ids; the driver folds those in offset order into the value each key had
+before each chunk (the old values of the chunk's first events, a column a chunk) and its last event
+overall (the snapshot's entries). Pass two fills in those old values and writes each chunk's rows
+straight into the segments' partitions, in the order they come: no window, no shuffle, no sort
+(``writes_without_sort``: a file open per segment a chunk holds). A pass-two task that does not find its
+chunk's rows on its machine (on a cluster, another machine's executor ran pass one) decodes the chunk
+again: the same rows. The old values equal a window ``lag`` over each key in offset order, and the
+snapshot the image's own (tests compare both with the log's own reader and ``ConfigStore``).
 
 **The request-id window.** The image remembers the last ``max_applied_requests`` request ids with
 their (first, last) offsets, trimmed in bulk at the end of each replayed frame, so the window depends on
@@ -47,6 +50,7 @@ bookkeeping (``ConfigImage.applied_request_window``): one C-level dict pass per 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import secrets
@@ -86,13 +90,14 @@ from ._log_events import (
     ConfigKey,
     LogEvents,
     SegmentRange,
-    chunk_events,
+    cache_path,
     deleted_message,
     events_of_batch,
+    first_pass,
     frames_of,
-    history_batch,
+    gc_paused,
+    history_rows,
     last_rows,
-    summarize,
 )
 from ._session import JobInputError
 from ._util import SetAccumulator, hadoop_path_exists, writes_without_sort
@@ -197,12 +202,13 @@ class _State:
     entries: dict[ConfigKey, tuple[int, int]] = field(default_factory=dict)  # (table, row)
     tables: list[dict[str, list]] = field(default_factory=list)
 
-    def fold(self, table: pa.Table) -> dict[ConfigKey, str | None]:
-        """Apply a chunk's last events; the values its keys had before it."""
+    def fold(self, table: pa.Table) -> list[str | None]:
+        """Apply a chunk's last events (a key once each); the values their keys had before it, row for row
+        (None: no value)."""
         columns = table.to_pydict()
         keys = list(zip(columns["kind"], columns["entity"], columns["key"], strict=True))
         values = self.values
-        before = {key: values[key] for key in keys if key in values}
+        before = list(map(values.get, keys))
         values.update(zip(keys, columns["new_value"], strict=True))
         t = len(self.tables)
         self.tables.append(columns)
@@ -310,10 +316,38 @@ def compact_log(
 
     sc = spark.sparkContext
     chunks = _plan_chunks(segments, start, up_to, sc.defaultParallelism)
-    # First pass: every chunk verified, counted and reduced to its keys' last events, in parallel.
+    token = secrets.token_hex(8)
+    # First pass: every chunk verified, decoded into its history rows (kept on the executor) and reduced to
+    # its keys' last events, in parallel.
     summaries: list[ChunkSummary] = (
-        sc.parallelize(chunks, len(chunks)).map(lambda chunk: summarize(chunk, start, up_to)).collect()
+        sc.parallelize(list(enumerate(chunks)), len(chunks))
+        .map(lambda chunk: first_pass(chunk[1], start, up_to, cache_path(token, chunk[0])))
+        .collect()
     )
+    try:
+        return _compact(
+            spark, summaries, chunks, seed, log_path, history_dir, start, up_to, max_applied_requests, fsync
+        )
+    finally:  # what pass two did not read (it failed, or it ran on another machine), if it is on this one
+        for summary in summaries:
+            if summary.cache is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(summary.cache)
+
+
+def _compact(
+    spark: SparkSession,
+    summaries: list[ChunkSummary],
+    chunks: list[Chunk],
+    seed: tuple[Path, pb.SnapshotHeader, list] | None,
+    log_path: Path,
+    history_dir: str,
+    start: int,
+    up_to: int,
+    max_applied_requests: int,
+    fsync: bool,
+) -> LogCompaction:
+    """``compact_log`` after the first pass: the fold, the second pass, the snapshot."""
     if bad := sorted({s.error for s in summaries if s.error}):
         raise JobInputError("; ".join(bad))
     n_read = sum(s.events for s in summaries)
@@ -322,18 +356,23 @@ def compact_log(
         raise JobInputError(
             f"{log_path}: read {n_read} events for offsets [{start}, {up_to}): the segments do not cover them"
         )
-    # Each key's value before each chunk (the history's old values), and its last event (the snapshot).
+    # Each key's value before each chunk (the old values of the chunk's first events), and its last event
+    # (the snapshot). The driver's own work is a few million objects, none in a cycle: no collections.
     state = _State()
-    if seed is not None:
-        state.fold(_seed_table(seed[2]))
-    values_before = [state.fold(s.last_table()) for s in summaries]
-    history_rows = _write_history(spark, summaries, values_before, history_dir, start, up_to)
-    header = pb.SnapshotHeader(
-        end_offset=up_to,
-        last_commit_time_ms=last_read.last_commit_time_ms,
-        applied_requests=_request_window(summaries, seed[1] if seed else None, max_applied_requests),
-    )
-    snapshot, entries = _write_snapshot(state.snapshot_batches(), header, log_path, max_applied_requests, fsync=fsync)
+    with gc_paused():
+        if seed is not None:
+            state.fold(_seed_table(seed[2]))
+        values_before = [state.fold(s.last_table()) for s in summaries]
+    rows_written = _write_history(spark, summaries, values_before, history_dir, start, up_to)
+    with gc_paused():
+        header = pb.SnapshotHeader(
+            end_offset=up_to,
+            last_commit_time_ms=last_read.last_commit_time_ms,
+            applied_requests=_request_window(summaries, seed[1] if seed else None, max_applied_requests),
+        )
+        snapshot, entries = _write_snapshot(
+            state.snapshot_batches(), header, log_path, max_applied_requests, fsync=fsync
+        )
     return LogCompaction(
         snapshot=snapshot,
         start_offset=start,
@@ -341,38 +380,41 @@ def compact_log(
         segments=len({r.path for c in chunks for r in c.ranges}),
         events=n_read,
         entries=entries,
-        history_rows=history_rows,
+        history_rows=rows_written,
         history_dir=history_dir,
         seed_snapshot=seed[0] if seed else None,
     )
 
 
 def _history_pass(
-    chunks: Sequence[Chunk],
+    summaries: Sequence[ChunkSummary],
     values_before: Sequence[Broadcast],
     start: int,
     up_to: int,
     skip_segment: int | None,
     errors: SetAccumulator,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The second pass (``mapInArrow`` over ``spark.range(len(chunks))``): chunk ``i``'s history rows, its
-    keys' old values starting from ``values_before[i].value`` (one broadcast a chunk: a task loads only
-    its own), none of segment ``skip_segment``. A chunk gives all its rows or none."""
+    """The second pass (``mapInArrow`` over ``spark.range(len(summaries))``): chunk ``i``'s history rows, the
+    old values of its keys' first events from ``values_before[i].value`` (one broadcast a chunk: a task
+    loads only its own), none of segment ``skip_segment``. A chunk gives all its rows or none."""
     import pyarrow.compute as pc
+
+    chunks = [(s.chunk, s.cache, s.events) for s in summaries]  # not the summaries' request ids and entries
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for i in batch.column("id").to_pylist():
-                segments: list[tuple[int, int]] = []
+                chunk, cache, events = chunks[i]
+                if not events:  # a chunk that owns no frame
+                    continue
                 try:
-                    events = chunk_events(chunks[i], start, up_to, segments=segments)
+                    rows = history_rows(chunk, start, up_to, cache, events, values_before[i].value)
                 except CorruptLogError as exc:
                     errors.add((exc.path, str(exc)))
                     continue
                 except FileNotFoundError as exc:
                     errors.add((str(exc.filename), deleted_message(str(exc.filename))))
                     continue
-                rows = history_batch(events, dict(values_before[i].value), segments)
                 if skip_segment is not None:
                     rows = rows.filter(pc.not_equal(rows.column("segment"), skip_segment))
                 if rows.num_rows:
@@ -384,7 +426,7 @@ def _history_pass(
 def _write_history(
     spark: SparkSession,
     summaries: Sequence[ChunkSummary],
-    values_before: Sequence[dict[ConfigKey, str | None]],
+    values_before: Sequence[list[str | None]],
     history_dir: str,
     start: int,
     up_to: int,
@@ -404,10 +446,12 @@ def _write_history(
         return 0
     sc = spark.sparkContext
     errors = SetAccumulator.create(sc)
-    values = [sc.broadcast(v) for v in values_before]
+    import pyarrow as pa
+
+    values = [sc.broadcast(pa.array(v, pa.string())) for v in values_before]
     try:
         rows = spark.range(len(summaries), numPartitions=len(summaries)).mapInArrow(
-            _history_pass([s.chunk for s in summaries], values, start, up_to, skip, errors), HISTORY_SCHEMA
+            _history_pass(summaries, values, start, up_to, skip, errors), HISTORY_SCHEMA
         )
         history = rows.withColumn("commit_time", F.timestamp_millis("commit_time_ms")).select(
             *HISTORY_COLUMNS, "segment"
