@@ -7,13 +7,13 @@ allocation far beyond what the input could justify (a length field trusted befor
 
 Targets (``--target NAME``; all by default): ``kafka_request`` (``decode_request``, every API and version the
 frontend serves), ``kafka_response`` (``decode_response`` of every response the proxy reads, and
-``rewrite_response`` for the address carriers it re-encodes), ``proxy_frames`` (the proxy's in-place frame
-readers: ``peek_client_id``, ``produce_acks``, ``fetch_limits``, ``set_throttle_time``, ``producer_ids``...),
+``rewrite_response`` for the address carriers it re-encodes), ``proxy_frames`` (the proxy's in-place frame readers:
+``peek_client_id``, ``produce_acks``, ``fetch_limits``, ``set_throttle_time``, ``producer_ids``...),
 ``telemetry_decompress`` (KIP-714 ``decompress``, every codec, with a size cap), ``otlp_metrics``
 (``decode_metrics_data``), ``telemetry_points`` (the Spark job's compiled point decoder, which must give its
-reference's columns on every input protobuf accepts), ``grpc_quota`` (protobuf parse of the gateway's batches, then their checks),
-``config_frames`` (``iter_frames`` + ``decode_event_batch``), ``config_recovery`` (segment recovery, read
-only), ``config_snapshot`` (``read_snapshot``), ``config_recovery_point`` (a log opened behind a mutated
+reference's columns on every input protobuf accepts), ``grpc_quota`` (protobuf parse of the gateway's batches, then
+their checks), ``config_frames`` (``iter_frames`` + ``decode_event_batch``), ``config_recovery`` (segment recovery,
+read only), ``config_snapshot`` (``read_snapshot``), ``config_recovery_point`` (a log opened behind a mutated
 recovery-point checkpoint must equal a full scan: no exception allowed), ``archive_segment``
 (``decode_segment_bytes``).
 
