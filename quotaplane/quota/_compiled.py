@@ -8,25 +8,15 @@ two, or to rule the compiled one out while debugging).
 
 from __future__ import annotations
 
-import importlib
-import os
 from types import ModuleType
+
+from ..compiled import load_compiled
 
 __all__ = ["compiled_core", "record_compiled"]
 
 
-def _load() -> ModuleType | None:
-    if os.environ.get("QUOTAPLANE_PURE_CORE", "").strip() not in ("", "0"):
-        return None
-    try:
-        # by name: the extension module has no source for the package's import-graph check to read
-        return importlib.import_module(f"{__package__}._record_compiled")
-    except ImportError:
-        return None
-
-
 #: The compiled module (``plain_width``, ``record_plain_batch``), or None on the pure path.
-record_compiled: ModuleType | None = _load()
+record_compiled: ModuleType | None = load_compiled(f"{__package__}._record_compiled")
 
 
 def compiled_core() -> bool:

@@ -20,8 +20,6 @@ with the job's ``inline`` in Spark).
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from itertools import accumulate
@@ -32,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quotaplane.archive import ArchiveRecord, TornTail, iter_segment_batches
+from quotaplane.compiled import load_compiled
 
 __all__ = [
     "POINT_ARROW_SCHEMA",
@@ -114,19 +113,9 @@ class PointOutOfRangeError(ValueError):
 _METRIC_TYPES = (pa.string(), pa.string(), pa.string(), pa.bool_())
 
 
-def _load_decoder() -> ModuleType | None:
-    """The compiled point decoder, built by ``setup.py`` with Cython at install; None where it was not built
-    or where ``QUOTAPLANE_PURE_CORE=1`` asks for the pure-Python paths (as for the quota core)."""
-    if os.environ.get("QUOTAPLANE_PURE_CORE", "").strip() not in ("", "0"):
-        return None
-    try:
-        # by name: the extension module has no source for the package's import-graph check to read
-        return importlib.import_module(f"{__package__}._points_compiled")
-    except ImportError:
-        return None
-
-
-_DEFAULT_DECODER = _load_decoder()
+#: The compiled point decoder (``_points_compiled.pyx``), or None where it was not built or the pure paths
+#: are asked for (``quotaplane.compiled``).
+_DEFAULT_DECODER = load_compiled(f"{__package__}._points_compiled")
 
 
 def compiled_decoder() -> bool:
@@ -215,15 +204,15 @@ class _Columns:
         received = record.time_ms
         lengths = [len(column) for column in self._point_columns()]
         metrics = len(self.metric_ids)
-        if decoder is None or not decoder.add_points(self, received, record.body):
+        if decoder is not None and not decoder.add_points(self, received, record.body):
+            self._take_back(lengths, metrics)  # what the decoder appended before it sent the push back
+            decoder = None
+        if decoder is None:
             self._add_points(received, metrics_data)
         counts = self.count
         if len(counts) > lengths[5] and max(counts[lengths[5] :]) > _INT64_MAX:
             # OTLP counts are uint64, the points table's an int64: the push is left out, named (the archive keeps it)
-            for column, length in zip(self._point_columns(), lengths, strict=True):
-                del column[length:]
-            for key in list(self.metric_ids)[metrics:]:
-                del self.metric_ids[key]
+            self._take_back(lengths, metrics)
             raise PointOutOfRangeError("a data point's count is 2**63 or more: the points table's count is an int64")
         self.received.append(received)
         labels = record.labels
@@ -233,6 +222,14 @@ class _Columns:
         for column, key in zip(self.heads, _HEAD_NAMES, strict=True):
             column.append(labels.get(key))
         self.point_offsets.append(len(self.time_ms))
+
+    def _take_back(self, lengths: list[int], metrics: int) -> None:
+        """Undoes a push's points: the per-point lists back to ``lengths``, the metric ids back to the first
+        ``metrics`` (those added since are the dict's last, so the ids keep their first-seen order)."""
+        for column, length in zip(self._point_columns(), lengths, strict=True):
+            del column[length:]
+        for key in list(self.metric_ids)[metrics:]:
+            del self.metric_ids[key]
 
     def _point_columns(self) -> tuple[list[Any], ...]:
         """The per-point lists (``count`` the sixth)."""

@@ -25,7 +25,6 @@ ran the first pass, or it is gone).
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import tempfile
@@ -48,6 +47,7 @@ from quotaplane.config.logformat import (
     parse_frame,
     parse_frame_header,
 )
+from quotaplane.gc_pause import gc_paused
 from quotaplane.v1 import config_events_pb2 as pb
 
 __all__ = [
@@ -69,7 +69,6 @@ __all__ = [
     "events_of_batch",
     "first_pass",
     "frames_of",
-    "gc_paused",
     "history_rows",
     "last_rows",
     "local_history",
@@ -458,22 +457,6 @@ def _cached_rows(path: str | None, events: int) -> pa.RecordBatch | None:
     if rows is None or rows.num_rows != events or rows.schema.names != LOCAL_NAMES:
         return None
     return rows
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Within the block, no cyclic garbage collection (as it was before, after it).
-
-    Why: decoding a chunk allocates a few million objects, none in a cycle (lists, strings, the keys'
-    tuples); each 700 of them trigger a collection that walks the young objects, and every tenth one the
-    older, which measured 15 % of a chunk's decoding. Reference counting frees them all the same."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def first_pass(chunk: Chunk, start: int, up_to: int, cache: str | None) -> ChunkSummary:

@@ -10,8 +10,8 @@ The Python walk (``_Columns._add_points``) is the reference; this module fills t
 values, and ``tests/spark/test_points_compiled.py`` holds the two to the same Arrow batches on random pushes and
 on hand-made wire shapes. It only ever runs on a body that ``MetricsData.FromString`` parsed without error, so
 the bytes are well-formed protobuf (UTF-8 strings included). What protobuf gives a meaning this module does not
-re-implement is sent back to the reference, the whole push at once (``add_points`` returns False and leaves the
-lists as they were):
+re-implement is sent back to the reference, the whole push at once (``add_points`` returns False, and
+``_Columns.add`` takes back what it appended of the push before the reference walks it):
 
 - a singular message field given twice in one message (protobuf merges the two), or two members of a message
   oneof (a metric's ``data``; an ``AnyValue``'s array and key-value list values);
@@ -132,11 +132,10 @@ FIELD_NUMBERS = {
 
 
 cdef class _Sink:
-    """The lists of one ``_Columns`` a push's points go into, and what to undo if the push is sent back."""
+    """The lists of one ``_Columns`` a push's points go into."""
 
     cdef list metric, time_ms, start_ms, value, count_at, count, attr_counts, attr_keys, attr_values
     cdef dict metric_ids
-    cdef list new_keys
     cdef object received
 
     def __init__(self, columns, received):
@@ -150,7 +149,6 @@ cdef class _Sink:
         self.attr_keys = columns.attr_keys
         self.attr_values = columns.attr_values
         self.metric_ids = columns.metric_ids
-        self.new_keys = []
         self.received = received
 
 
@@ -426,7 +424,6 @@ cdef int _metric(_Sink sink, Reader* r) except -1:
     metric_id = sink.metric_ids.get(key)
     if metric_id is None:
         metric_id = sink.metric_ids[key] = len(sink.metric_ids)
-        sink.new_keys.append(key)
     scan = data
     while scan.pos < scan.end:
         _tag(&scan, &field, &wire_type)
@@ -460,8 +457,9 @@ cdef int _walk(_Sink sink, Reader* r, int depth) except -1:
 
 def add_points(columns, received, body):
     """Appends the data points of ``body`` (an OTLP ``MetricsData`` that ``MetricsData.FromString`` accepts)
-    to ``columns`` (a ``_Columns``), a point without a time taking ``received``. Returns False, with the lists
-    left as they were, for what it leaves to the reference (the module's docstring lists it)."""
+    to ``columns`` (a ``_Columns``), a point without a time taking ``received``. Returns False for what it
+    leaves to the reference (the module's docstring lists it): the lists may then hold part of the push, which
+    the caller takes back (``_Columns.add``) before the reference walks it."""
     if type(body) is not bytes:
         return False
     cdef _Sink sink = _Sink(columns, received)
@@ -470,29 +468,7 @@ def add_points(columns, received, body):
     r.buf = <const unsigned char*>data
     r.pos = 0
     r.end = len(data)
-    lengths = [len(column) for column in _columns_of(sink)]
     try:
-        walked = _walk(sink, &r, 0) == 0
+        return _walk(sink, &r, 0) == 0
     except UnicodeDecodeError:
-        walked = False
-    if walked:
-        return True
-    for column, length in zip(_columns_of(sink), lengths):
-        del column[length:]
-    for key in sink.new_keys:
-        del sink.metric_ids[key]
-    return False
-
-
-cdef tuple _columns_of(_Sink sink):
-    return (
-        sink.metric,
-        sink.time_ms,
-        sink.start_ms,
-        sink.value,
-        sink.count_at,
-        sink.count,
-        sink.attr_counts,
-        sink.attr_keys,
-        sink.attr_values,
-    )
+        return False

@@ -60,6 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from quotaplane.config import (
     DEFAULT_MAX_APPLIED_REQUESTS,
     ConfigImage,
@@ -79,6 +82,7 @@ from quotaplane.config.logformat import (
     write_snapshot_columns,
 )
 from quotaplane.durable import fsync_directory
+from quotaplane.gc_pause import gc_paused
 from quotaplane.v1 import config_events_pb2 as pb
 
 from ._log_events import (
@@ -95,7 +99,6 @@ from ._log_events import (
     events_of_batch,
     first_pass,
     frames_of,
-    gc_paused,
     history_rows,
     last_rows,
 )
@@ -103,7 +106,6 @@ from ._session import JobInputError
 from ._util import SetAccumulator, hadoop_path_exists, writes_without_sort
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark import Broadcast
     from pyspark.sql import SparkSession
 
@@ -397,7 +399,6 @@ def _history_pass(
     """The second pass (``mapInArrow`` over ``spark.range(len(summaries))``): chunk ``i``'s history rows, the
     old values of its keys' first events from ``values_before[i].value`` (one broadcast a chunk: a task
     loads only its own), none of segment ``skip_segment``. A chunk gives all its rows or none."""
-    import pyarrow.compute as pc
 
     chunks = [(s.chunk, s.cache, s.events) for s in summaries]  # not the summaries' request ids and entries
 
@@ -446,8 +447,6 @@ def _write_history(
         return 0
     sc = spark.sparkContext
     errors = SetAccumulator.create(sc)
-    import pyarrow as pa
-
     values = [sc.broadcast(pa.array(v, pa.string())) for v in values_before]
     try:
         rows = spark.range(len(summaries), numPartitions=len(summaries)).mapInArrow(

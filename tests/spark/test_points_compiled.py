@@ -21,6 +21,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 
 from quotaplane.archive import ArchiveRecord
+from quotaplane.protocol.types import encode_unsigned_varlong
 from quotaplane.spark import _arrow_telemetry as arrow_telemetry
 from quotaplane.spark._arrow_telemetry import PointOutOfRangeError, _Columns, push_batch
 
@@ -33,13 +34,10 @@ VARINT, I64, LEN, GROUP_START, GROUP_END, I32 = 0, 1, 2, 3, 4, 5
 
 
 def _varint(n: int) -> bytes:
+    """A protobuf varint of ``n`` as its 64 bits (a negative int64 takes ten bytes, as protobuf writes it)."""
     out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+    encode_unsigned_varlong(out, n & ((1 << 64) - 1))
+    return bytes(out)
 
 
 def _tag(field: int, wire_type: int) -> bytes:
@@ -248,16 +246,20 @@ def _state(columns: _Columns) -> dict[str, Any]:
 def test_a_push_sent_back_leaves_the_columns_as_they_were(
     before: tuple[bytes, bool], after: tuple[bytes, bool]
 ) -> None:
-    """Points and metric ids the compiled decoder appended before it met what it sends back are taken out again,
-    so the reference's walk of that push starts from the same columns (the metric ids in the same order)."""
+    """Points and metric ids the compiled decoder appended before it met what it sends back are taken out again
+    (``_Columns.add``), so the reference's walk of that push starts from the same columns: the columns equal the
+    reference's alone, the metric ids in the same order."""
     assume(after[1])
-    columns = _Columns()
-    with contextlib.suppress(PointOutOfRangeError):  # (a count past int64 leaves the push out)
-        columns.add(ArchiveRecord(HOUR, {}, before[0]), m.MetricsData.FromString(before[0]), None)
-    state = _state(columns)
-    assert not compiled.add_points(columns, HOUR + 1, after[0])
-    assert _state(columns) == state
-    assert list(columns.metric_ids) == list(state["metric_ids"])
+    columns, reference = _Columns(), _Columns()
+    for target in (columns, reference):
+        with contextlib.suppress(PointOutOfRangeError):  # (a count past int64 leaves the push out)
+            target.add(ArchiveRecord(HOUR, {}, before[0]), m.MetricsData.FromString(before[0]), None)
+    assert not compiled.add_points(_Columns(), HOUR + 1, after[0])  # sent back
+    for target, decoder in ((columns, compiled), (reference, None)):
+        with contextlib.suppress(PointOutOfRangeError):
+            target.add(ArchiveRecord(HOUR + 1, {}, after[0]), m.MetricsData.FromString(after[0]), decoder)
+    assert _state(columns) == _state(reference)
+    assert list(columns.metric_ids) == list(reference.metric_ids)
 
 
 def test_special_doubles_and_int_values_are_the_references() -> None:
