@@ -12,6 +12,7 @@ from ._placement import RendezvousPlacement, owner_of, shard_weight
 from ._resources import check_resources
 from ._standby import STANDBY_SUFFIX, NotServingError, standby_of
 from ._usage_checkpoint import CHECKPOINT_FILE
+from ._usage_columns import RequestColumns, UsageColumns, pack_columns, pack_usage, unpack_usage
 from .controller import (
     DEFAULT_CONTROLLER_NAME,
     ConfigController,
@@ -34,14 +35,19 @@ __all__ = [
     "NotServingError",
     "OffsetOutOfRangeError",
     "RendezvousPlacement",
+    "RequestColumns",
     "ShardActor",
+    "UsageColumns",
     "check_resources",
     "owner_of",
+    "pack_columns",
+    "pack_usage",
     "ray_get",
     "read_frame",
     "shard_weight",
     "standby_of",
     "start_controller",
     "start_shard",
+    "unpack_usage",
     "write_frame",
 ]

@@ -24,6 +24,7 @@ channel's thread never interleaves with a call Ray runs on the actor's thread.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hmac
 import logging
@@ -138,6 +139,10 @@ class DirectChannelServer:
         self._listener.close()
         with self._lock:
             for conn in self._connections:
+                # shut down, not just closed: a connection's reader holds the socket open until it returns, so a
+                # gateway would wait for its answer instead of seeing the channel end
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
                 conn.close()
             self._connections.clear()
 

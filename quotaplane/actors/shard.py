@@ -94,6 +94,7 @@ from ._start_phases import StartPhases
 from ._telemetry_host import TelemetryHost, archive_writer_id
 from ._throttle_archive import ThrottleArchive, record_throttles
 from ._usage_checkpoint import CHECKPOINT_FILE, UsageCheckpointer, load_checkpoint
+from ._usage_columns import UsageColumns, last_time_ms, unpack_usage
 from .controller import wall_clock_ms
 
 __all__ = ["FENCED_KINDS", "HOUSEKEEPING_INTERVAL_MS", "SERVE_KINDS", "ShardActor", "start_shard"]
@@ -109,6 +110,8 @@ SERVE_KINDS = (
     "producer_ids", "replication", "telemetry", "connection",
 )  # fmt: skip
 FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation", "throttle"})  # "lease" is routed by its key
+#: the kinds whose items may come as ``UsageColumns`` (``_usage_columns``) instead of a list of tuples
+_COLUMN_KINDS = frozenset({"usage", "unrecord"})
 #: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
 #: on the first call past each interval of its callers' clock.
 HOUSEKEEPING_INTERVAL_MS = 30_000
@@ -370,10 +373,11 @@ class ShardActor(StandbyMember):
         if any(throttles):
             # one list and one call per batch: a method call per throttled item cost as much as deciding it
             # (Ray wraps every method of an actor class, private ones too, in a tracing shim)
+            # only the throttled items are walked (a C loop finds them): most items are not throttled
             throttled = [
-                (item[0], item[1], throttle_ms, item[3] if len(item) > 3 else now_ms)
-                for item, throttle_ms in zip(items, throttles, strict=True)
-                if throttle_ms
+                (item[0], item[1], throttles[index], item[3] if len(item) > 3 else now_ms)
+                for index in itertools.compress(itertools.count(), throttles)
+                for item in (items[index],)
             ]
             record_throttles(manager, self.throttles, quota_type, throttled)
         return throttles
@@ -421,7 +425,11 @@ class ShardActor(StandbyMember):
             raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(self._handlers)}")
         if isinstance(config_offset, bool) or not isinstance(config_offset, int) or config_offset < 0:
             raise ValueError(f"config_offset must be a non-negative int, got {config_offset!r}")
-        _check_batch(items)
+        columns = isinstance(items, UsageColumns)
+        if columns and kind not in _COLUMN_KINDS:
+            raise ValueError(f"{kind} items come as a list, not as usage columns")
+        if not columns:
+            _check_batch(items)
         if config_offset > self.image.end_offset:
             self.follower.catch_up(config_offset)
         if config_offset != self.image.end_offset and (
@@ -429,7 +437,7 @@ class ShardActor(StandbyMember):
         ):  # resolved at another image, or placed over another shard count: the gateway routes them again
             return self.image.end_offset, None, self.follower.events_after(config_offset)
         results = handler(items)
-        last = items[-1][-1]
+        last = last_time_ms(items) if columns else items[-1][-1]
         if type(last) is int and last > self.latest_ms:
             self.latest_ms = last
             if last >= self._next_housekeeping_ms:
@@ -452,8 +460,9 @@ class ShardActor(StandbyMember):
             raise ValueError(f"payload is not a pickled list of items: {e}") from None
         return pickle.dumps(self.serve_at(kind, config_offset, items), protocol=pickle.HIGHEST_PROTOCOL)
 
-    def _serve_usage(self, items: Sequence[tuple[str, str, str, float, int]]) -> list[int]:
-        """Mixed PRODUCE / FETCH items ``(quota type, user, client_id, value, now_ms)``: throttle times."""
+    def _serve_usage(self, items: Sequence[tuple[str, str, str, float, int]] | UsageColumns) -> list[int]:
+        """Mixed PRODUCE / FETCH items ``(quota type, user, client_id, value, now_ms)`` (or the same as
+        ``UsageColumns``, a gateway's form): throttle times."""
         groups = _group_by_type(items)
         if len(groups) == 1:
             [(quota_type, (_, group_items))] = groups.items()
@@ -465,19 +474,9 @@ class ShardActor(StandbyMember):
                 throttles[index] = throttle_ms
         return throttles
 
-    def _serve_unrecord(self, items: Sequence[tuple[str, str, str, float, int]]) -> list[int]:
+    def _serve_unrecord(self, items: Sequence[tuple[str, str, str, float, int]] | UsageColumns) -> list[int]:
         """Kafka's ``unrecordQuotaSensor`` for each item (a throttled fetch answered empty): all 0."""
-        groups = _group_by_type(items)
-        for index, (_, user, client_id, value, now_ms) in enumerate(items):  # all checked before any is taken
-            if not (
-                isinstance(user, str)
-                and isinstance(client_id, str)
-                and type(value) in (int, float)
-                and 0 <= value < math.inf
-                and type(now_ms) is int
-                and now_ms >= 0
-            ):
-                raise ValueError(f"item {index}: expected (type, user, client_id, value >= 0, now_ms >= 0)")
+        groups = _group_by_type(items)  # all checked before any is taken
         for quota_type, (_, group_items) in groups.items():
             manager = self.quotas.client_manager(quota_type)
             for user, client_id, value, now_ms in group_items:
@@ -676,14 +675,16 @@ class ShardActor(StandbyMember):
 
 
 def _group_by_type(
-    items: Sequence[tuple[str, str, str, float, int]],
+    items: Sequence[tuple[str, str, str, float, int]] | UsageColumns,
 ) -> dict[QuotaType, tuple[list[int] | None, list[UsageItem]]]:
     """Items by quota type: ``(indices or None for all, core items (user, client_id, value, now_ms))``.
 
     Every item of every type is checked first, so a bad item raises before any group is recorded. The checks
     and the split run a column at a time (``zip``, ``map``, ``set``: C loops): a shard spent as long walking
-    its items one by one as deciding them.
+    its items one by one as deciding them. A gateway sends columns (``_usage_columns``), already apart.
     """
+    if isinstance(items, UsageColumns):
+        return unpack_usage(items)
     if set(map(type, items)) != {tuple} or set(map(len, items)) != {5}:
         _check_usage_items(items)
     types, users, client_ids, values, times = zip(*items, strict=True)

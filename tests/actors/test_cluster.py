@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 import ray
 
-from quotaplane.actors import ImageSnapshot, NamedActor, OffsetOutOfRangeError, start_controller, start_shard
+from quotaplane.actors import (
+    ImageSnapshot,
+    NamedActor,
+    OffsetOutOfRangeError,
+    UsageColumns,
+    pack_usage,
+    start_controller,
+    start_shard,
+)
 from quotaplane.config import (
     AlterConfigOp,
     ClientQuotaAlteration,
@@ -238,6 +246,10 @@ def test_e_a_killed_controller_reopens_its_log_and_keeps_streaming(cluster: Clus
         ("record_batch", ("PRODUCE", [], NOW), "empty batch"),
         ("record_batch", ("PRODUCE", "uc1", NOW), "list"),
         ("record_producer_ids", ([("u", "not-an-id")], NOW), "0"),
+        # a gateway's usage columns: only for usage and un-record, and checked whole before anything is recorded
+        ("serve_at", ("request", 0, pack_usage([("PRODUCE", "u", "c", 1.0, NOW)])), "come as a list"),
+        ("serve_at", ("usage", 0, UsageColumns(1, b"\x07", "u", "c", b"\x00" * 8, b"\x00" * 8)), "quota_types"),
+        ("serve_at", ("unrecord", 0, UsageColumns(2, b"\x00\x00", "u", "c", b"\x00" * 16, b"\x00" * 16)), "1 users"),
         ("record_producer_ids", ([], NOW), "empty batch"),
         ("apply_batch", (0, b"\xff\xff garbage"), "EventColumns"),
         ("apply_batch", (-1, b""), "base_offset"),

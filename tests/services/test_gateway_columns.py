@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from quotaplane.actors import pack_columns, unpack_usage
+from quotaplane.actors.shard import _group_by_type
 from quotaplane.services.gateway import GatewayConfig
 from quotaplane.services.gateway._checks import InvalidArgument
-from quotaplane.services.gateway._quota_service import usage_items
+from quotaplane.services.gateway._quota_service import usage_items, usage_request
 from quotaplane.v1 import quota_pb2 as pb
 
 CONFIG = GatewayConfig(max_name_length=8, max_batch_items=20)
@@ -106,3 +108,26 @@ def test_items_and_columns_together_are_refused():
     batch.items.add(quota_type=pb.PRODUCE, user="u", value=1.0)
     with pytest.raises(InvalidArgument, match="either items or columns"):
         usage_items(CONFIG, batch, NOW_MS)
+
+
+good_items = st.tuples(
+    st.sampled_from([pb.PRODUCE, pb.FETCH]),
+    st.text(alphabet=st.sampled_from("abé"), min_size=1, max_size=4),
+    st.text(alphabet=st.sampled_from("abé"), max_size=4),
+    st.floats(min_value=0.0, max_value=1e9),
+    st.integers(min_value=0, max_value=NOW_MS),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(good_items, min_size=1, max_size=20), st.booleans(), st.data())
+def test_a_checked_batchs_columns_give_a_shard_the_items_it_would_get_as_tuples(chunk, stamped, data):
+    """What a shard is sent (``pack_columns`` of the request's columns: whole, or some of its items, several
+    requests in one micro-batch) unpacks to exactly the core items of the same tuples (``_group_by_type``)."""
+    tuples, columns = usage_request(CONFIG, as_columns(chunk, stamped), NOW_MS)
+    assert tuples == usage_items(CONFIG, as_columns(chunk, stamped), NOW_MS)
+    assert usage_request(CONFIG, as_items(chunk, stamped), NOW_MS) == (tuples, None)  # items: packed from tuples
+    assert unpack_usage(pack_columns([(columns, None)])) == _group_by_type(tuples)
+    some = sorted(data.draw(st.sets(st.integers(0, len(chunk) - 1), min_size=1)))
+    twice = pack_columns([(columns, some), (columns, None)])
+    assert unpack_usage(twice) == _group_by_type([tuples[i] for i in some] + tuples)

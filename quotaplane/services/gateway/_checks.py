@@ -103,6 +103,9 @@ class GatewayConfig:
     #: Send micro-batches over each shard's direct TCP channel (~20 µs a round trip) rather than as Ray actor
     #: calls (~0.5–0.9 ms); the actor call remains for shards without a channel.
     direct_shard_calls: bool = True
+    #: Micro-batches on a shard's direct connection at once: the next is sent while the shard serves the one
+    #: before (the shard still serves them one at a time, in order). 1: each waits for the previous answer.
+    shard_pipeline_depth: int = 2
     #: Items queued or in flight at once, gateway-wide (back-pressure beyond).
     max_in_flight_items: int = 200_000
     #: Request batches in flight per stream (answers still go out in order).

@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from quotaplane.actors import RequestColumns
 from quotaplane.v1 import quota_pb2 as pb
 from quotaplane.v1 import quota_pb2_grpc
 
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 QUOTA_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QuotaService"].full_name
 #: The wire's quota types, by the names the shards' ``QuotaType.parse`` takes.
 _TYPE_NAMES = {pb.PRODUCE: "PRODUCE", pb.FETCH: "FETCH"}
+#: the wire's PRODUCE (1) and FETCH (2) as the shards' usage columns code them (0, 1)
+_TYPE_CODES = bytes.maketrans(bytes([pb.PRODUCE, pb.FETCH]), b"\x00\x01")
 _REPLICATION_NAMES = {
     pb.LEADER_REPLICATION: "LEADER_REPLICATION",
     pb.FOLLOWER_REPLICATION: "FOLLOWER_REPLICATION",
@@ -53,10 +56,24 @@ _REPLICATION_NAMES = {
 # --- checks: each request's items, every item checked before anything is sent -----------------------------
 def usage_items(config: GatewayConfig, batch: pb.UsageBatch, now_ms: int) -> list[tuple[str, str, str, float, int]]:
     """The batch's items as ``(type, user, client_id, value, now_ms)``, every item checked first."""
+    return usage_request(config, batch, now_ms)[0]
+
+
+def usage_request(
+    config: GatewayConfig, batch: pb.UsageBatch, now_ms: int
+) -> tuple[list[tuple[str, str, str, float, int]], RequestColumns | None]:
+    """``usage_items``, and the same items as columns when the batch came as columns (what the shards are sent:
+    ``quotaplane.actors._usage_columns``); None for a batch of ``UsageItem`` messages."""
     if batch.HasField("columns"):
         if batch.items:
             raise InvalidArgument("set either items or columns, not both")
         return _usage_columns(config, batch.columns, now_ms)
+    return _usage_item_messages(config, batch, now_ms), None
+
+
+def _usage_item_messages(
+    config: GatewayConfig, batch: pb.UsageBatch, now_ms: int
+) -> list[tuple[str, str, str, float, int]]:
     config.check_size(len(batch.items))
     items = []
     append = items.append
@@ -95,7 +112,7 @@ def _check_usage_item(
 
 def _usage_columns(
     config: GatewayConfig, columns: pb.UsageColumns, now_ms: int
-) -> list[tuple[str, str, str, float, int]]:
+) -> tuple[list[tuple[str, str, str, float, int]], RequestColumns]:
     """``usage_items`` of a columnar batch: each check runs over a whole column (``min``, ``max``, ``sum``,
     ``join``: C loops); only when one fails are the items walked one by one, so the error names the same item
     and field as the same batch sent as ``items`` would."""
@@ -130,7 +147,8 @@ def _usage_columns(
     ):
         for index, item in enumerate(zip(types, users, client_ids, values, times, strict=True)):
             _check_usage_item(config, index, *item)
-    return list(zip(map(_TYPE_NAMES.__getitem__, types), users, client_ids, values, times, strict=True))
+    items = list(zip(map(_TYPE_NAMES.__getitem__, types), users, client_ids, values, times, strict=True))
+    return items, (bytes(types).translate(_TYPE_CODES), users, client_ids, values, times)
 
 
 def request_items(
@@ -236,8 +254,8 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
     @GATEWAY_ERRORS.unary
     def RecordUsageBatch(self, request: pb.UsageBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
         gateway = self.gateway
-        items = usage_items(gateway.config, request, gateway.clock())
-        return _throttles(gateway, gateway.submit("usage", items, 0.0), request.batch_id)
+        items, columns = usage_request(gateway.config, request, gateway.clock())
+        return _throttles(gateway, gateway.submit("usage", items, 0.0, columns=columns), request.batch_id)
 
     @GATEWAY_ERRORS.stream
     def RecordUsage(
@@ -262,8 +280,9 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
             try:
                 for batch in request_iterator:
                     try:
-                        items = usage_items(gateway.config, batch, gateway.clock())
-                        entry: Any = (batch.batch_id, gateway.submit("usage", items, gateway.config.stream_wait_s))
+                        items, columns = usage_request(gateway.config, batch, gateway.clock())
+                        pending = gateway.submit("usage", items, gateway.config.stream_wait_s, columns=columns)
+                        entry: Any = (batch.batch_id, pending)
                     except Exception as exc:
                         entry = (batch.batch_id, exc)
                     if not put(entry):
@@ -293,8 +312,8 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
     @GATEWAY_ERRORS.unary
     def UnrecordUsage(self, request: pb.UsageBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:
         gateway = self.gateway
-        items = usage_items(gateway.config, request, gateway.clock())
-        return _throttles(gateway, gateway.submit("unrecord", items, 0.0), request.batch_id)
+        items, columns = usage_request(gateway.config, request, gateway.clock())
+        return _throttles(gateway, gateway.submit("unrecord", items, 0.0, columns=columns), request.batch_id)
 
     @GATEWAY_ERRORS.unary
     def RecordRequestTime(self, request: pb.RequestTimeBatch, context: grpc.ServicerContext) -> pb.ThrottleBatch:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from quotaplane.actors import RendezvousPlacement
+from quotaplane.actors import RendezvousPlacement, RequestColumns
 
 from ._batching import Pending, Router, ShardWorker, Unit
 from ._checks import Exhausted, GatewayConfig, Unavailable, wall_clock_ms
@@ -331,12 +331,15 @@ class Gateway:
         route: Router | None = None,
         *,
         sizes: Sequence[int] | None = None,
+        columns: RequestColumns | None = None,
     ) -> Pending:
         """Admit, route and queue a validated batch; the caller waits on ``pending.done``. ``route`` gives
         ``(config offset, shard keys)`` of the items at some indices (None: all); by default each item's
-        metric tags, for items that start ``(quota type, user, client_id)``."""
+        metric tags, for items that start ``(quota type, user, client_id)``. ``columns``: usage items also as
+        the request's columns, which the shards are sent (``Pending.columns``)."""
         self.admit(len(items), wait_s)
         pending = Pending(kind, items, route if route is not None else self._resolve_tags, next(self._arrivals))
+        pending.columns = columns
         if sizes is not None:
             if len(sizes) != len(items):
                 raise ValueError(f"{len(items)} items but {len(sizes)} sizes")

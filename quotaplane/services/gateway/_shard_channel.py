@@ -227,11 +227,34 @@ class ShardChannel:
         return True
 
     def _direct_call(self, kind: str, offset: int, items: list[Any]) -> ShardAnswer:
-        sock, stream = self._sock, self._stream
+        self.send(kind, offset, items)
+        return self.receive()
+
+    # --- pipelining: a second micro-batch on the wire while the shard serves the first --------------------------
+    def can_pipeline(self) -> bool:
+        """Whether another micro-batch may be sent before the last is answered: only over an open direct
+        connection to the primary (a standby may refuse a batch unserved, the Ray path answers one at a time).
+        The shard reads the connection's frames in order and serves one at a time, so the order stays."""
+        return self.direct and self._sock is not None and self.member is self.handle and not self._failover
+
+    def send(self, kind: str, offset: int, items: Any) -> None:
+        """Write one micro-batch to the direct connection; its answer is the next :meth:`receive` but one per
+        batch sent before it."""
+        sock = self._sock
         if sock is None:
             raise Unavailable(f"shard {self.shard_id}: the gateway is closing")
         try:
             write_frame(sock, pickle.dumps((kind, offset, items), protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError as e:
+            self._lost_member()
+            raise Unavailable(f"shard {self.shard_id} is unavailable (restarting?): {e}") from None
+
+    def receive(self) -> ShardAnswer:
+        """The answer of the oldest micro-batch sent and not yet answered."""
+        stream = self._stream
+        if stream is None:
+            raise Unavailable(f"shard {self.shard_id}: the gateway is closing")
+        try:
             frame = read_frame(stream)
         except (OSError, ConnectionError, ValueError) as e:
             self._lost_member()
