@@ -19,10 +19,15 @@ What it measures
     cluster's throttle times can be compared with the core's exactly (``decisions_equal_core``).
     The first 10 % of each stream is a warm-up (sensors created, connections up) and is not timed.
 
-    Then, on the same cluster: one batch at a time (``unloaded_one_batch_in_flight``), one 1-item batch at a
-    time (``unloaded_one_item_in_flight``: the latency of one decision of a Kafka proxy), and the streams paced
-    open-loop at half the measured rate (``half_load_paced``). Batches go as ``UsageColumns`` (``--wire
-    items``: one ``UsageItem`` per item, as before the columnar form existed).
+    Then, on the same cluster: one batch at a time right after the main phase, its sensors live
+    (``unloaded_one_batch_warm``, its throttle times compared with the core's too), one batch at a time 10,000 s
+    later (``unloaded_one_batch_in_flight``: every sensor's first record of the phase rolls its stale window
+    over, which is most of the core's work there), one 1-item batch at a time (``unloaded_one_item_in_flight``:
+    the latency of one decision of a Kafka proxy), and the streams paced open-loop at half the measured rate
+    (``half_load_paced``). The core runs the very items of each phase too, in the same order, so it meets the
+    sensors in the state the shards do: ``core_in_process.phases`` is what the core alone needs per batch there.
+    Batches go as ``UsageColumns`` (``--wire items``: one ``UsageItem`` per item, as before the columnar form
+    existed).
 
 Output: one JSON object on stdout (workload, figures, machine). Run:
 ``.venv/bin/python bench/cluster_quota.py [--quick] [--shards 1,2,4] [--items N] [--batch N] [--streams N]``.
@@ -91,7 +96,39 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 # --- the in-process core -------------------------------------------------------------------------------
-def run_core(items: Sequence[Item], users: int, batch: int, streams: int) -> tuple[dict[str, Any], list[list[int]]]:
+#: The phases after the main one, in the order the cluster runs them: (name, seed offset, t0, items cap, streams
+#: or None for --streams, batch or None for --batch). "warm" continues 2 s after the main phase (every sensor live,
+#: as in the main phase's timed part); the others start 10,000 s and more later, so each sensor's first record of
+#: the phase rolls its stale window over (Kafka's purge of obsolete samples, the core's slow path).
+PHASES: tuple[tuple[str, int, int, int, int | None, int | None], ...] = (
+    ("unloaded_one_batch_warm", 4, 2_000, 20_000, 1, None),
+    ("unloaded_one_batch_in_flight", 1, 10_000_000, 20_000, 1, None),
+    ("unloaded_one_item_in_flight", 3, 30_000_000, 2_000, 1, 1),
+    ("half_load_paced", 2, 20_000_000, 100_000, None, None),
+)
+
+
+def phase_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The client's arguments of phase ``name`` (``PHASES``), from the main phase's."""
+    _, seed, t0, cap, streams, batch = next(p for p in PHASES if p[0] == name)
+    start = T0 + args["items"] // 100 + t0 if name == "unloaded_one_batch_warm" else T0 + t0
+    return {
+        **args,
+        "seed": args["seed"] + seed,
+        "t0": start,
+        "items": min(args["items"], cap),
+        "streams": streams or args["streams"],
+        "batch": batch or args["batch"],
+    }
+
+
+def run_core(
+    items: Sequence[Item], users: int, batch: int, streams: int, phases: Sequence[dict[str, Any]] = ()
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """The core on the main phase's items (its figures, and each stream's throttle times), then on each of
+    ``phases`` (client arguments, ``phase_args``) in the cluster's order, so each phase meets the sensors in the
+    state the shards hold them in: ``figures["phases"][name]`` is what the core alone needs for that phase's
+    batches, and ``figures["phases"][name]["answers"]`` its throttle times (removed before printing)."""
     from quotaplane.quota import (
         DEFAULT,
         ClientQuotaEntity,
@@ -107,6 +144,32 @@ def run_core(items: Sequence[Item], users: int, batch: int, streams: int) -> tup
     for key, user, bound in quotas(users):
         manager = managers[PRODUCE if key == "producer_byte_rate" else FETCH]
         manager.update_quota(ClientQuotaEntity(user=DEFAULT if user is None else user), bound)
+    answers, latencies, timed_items, timed_s = _core_batches(managers, items, batch, streams)
+    figures: dict[str, Any] = {
+        "decisions_per_s": round(timed_items / timed_s) if timed_s else None,
+        "batch_p50_ms": round(percentile(latencies, 0.5) * 1000, 3),
+        "batch_p99_ms": round(percentile(latencies, 0.99) * 1000, 3),
+        "batches_timed": len(latencies),
+    }
+    if phases:
+        figures["phases"] = {}
+    for phase in phases:
+        phase_items = workload(users, phase["items"], phase["seed"], phase["t0"])
+        got, took, _, _ = _core_batches(managers, phase_items, phase["batch"], phase["streams"])
+        figures["phases"][phase["name"]] = {
+            "batch_p50_ms": round(percentile(took, 0.5) * 1000, 3),
+            "batch_p99_ms": round(percentile(took, 0.99) * 1000, 3),
+            "batches_timed": len(took),
+            "answers": got,
+        }
+    return figures, answers
+
+
+def _core_batches(
+    managers: dict[int, Any], items: Sequence[Item], batch: int, streams: int
+) -> tuple[list[list[int]], list[float], int, float]:
+    """Each stream's items through the core in batches: (throttle times per stream, the timed batches' seconds,
+    timed items, timed seconds); the first 10 % of each stream is not timed, as the client does not."""
     answers: list[list[int]] = []
     latencies: list[float] = []
     timed_items = 0
@@ -136,13 +199,7 @@ def run_core(items: Sequence[Item], users: int, batch: int, streams: int) -> tup
                 timed_s += took
             out.extend(result)
         answers.append(out)
-    figures = {
-        "decisions_per_s": round(timed_items / timed_s) if timed_s else None,
-        "batch_p50_ms": round(percentile(latencies, 0.5) * 1000, 3),
-        "batch_p99_ms": round(percentile(latencies, 0.99) * 1000, 3),
-        "batches_timed": len(latencies),
-    }
-    return figures, answers
+    return answers, latencies, timed_items, timed_s
 
 
 # --- the client process ----------------------------------------------------------------------------------
@@ -236,7 +293,9 @@ def _client(address: str, args: dict[str, Any], out: Any) -> None:
     out.put(results)
 
 
-def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]) -> dict[str, Any]:
+def run_cluster(
+    shards: int, args: argparse.Namespace, expected: list[list[int]], expected_warm: list[list[int]] | None = None
+) -> dict[str, Any]:
     import grpc
     import ray
 
@@ -297,16 +356,21 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
             results = out.get(timeout=600)
             process.join(timeout=60)
             stats = cluster.gateway.stats()
+            # unloaded and warm: one batch at a time right after the main phase, its sensors live (as the core's
+            # timed batches find them): the latency of a batch alone, not of the windows rolling over
+            warm_args = {**phase_args("unloaded_one_batch_warm", client_args), "in_flight": 1}
+            process = context.Process(target=_client, args=(cluster.gateway_address, warm_args, out))
+            process.start()
+            warm = out.get(timeout=600)[0]
+            process.join(timeout=60)
             # unloaded: one stream, one batch at a time (no queueing), 10,000 s later (fresh windows)
-            quiet_args = {**client_args, "streams": 1, "in_flight": 1, "items": min(args.items, 20_000)}
-            quiet_args.update(seed=args.seed + 1, t0=T0 + 10_000_000)
+            quiet_args = {**phase_args("unloaded_one_batch_in_flight", client_args), "in_flight": 1}
             process = context.Process(target=_client, args=(cluster.gateway_address, quiet_args, out))
             process.start()
             quiet = out.get(timeout=600)[0]
             process.join(timeout=60)
             # one item per batch, one at a time: what one decision of a Kafka proxy waits for
-            single_args = {**client_args, "streams": 1, "in_flight": 1, "batch": 1, "items": 2_000}
-            single_args.update(seed=args.seed + 3, t0=T0 + 30_000_000)
+            single_args = {**phase_args("unloaded_one_item_in_flight", client_args), "in_flight": 1}
             process = context.Process(target=_client, args=(cluster.gateway_address, single_args, out))
             process.start()
             single = out.get(timeout=600)[0]
@@ -315,8 +379,7 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
             timed = sum(r[4] for r in results.values())
             span = max(r[3] for r in results.values()) - min(r[2] for r in results.values())
             half_rate = timed / span / 2 if span > 0 else None
-            half_args = {**client_args, "rate": half_rate, "items": min(args.items, 100_000)}
-            half_args.update(seed=args.seed + 2, t0=T0 + 20_000_000)
+            half_args = {**phase_args("half_load_paced", client_args), "rate": half_rate}
             process = context.Process(target=_client, args=(cluster.gateway_address, half_args, out))
             process.start()
             half = out.get(timeout=600)
@@ -370,6 +433,14 @@ def run_cluster(shards: int, args: argparse.Namespace, expected: list[list[int]]
             "batch_p50_ms": round(percentile(quiet_latencies, 0.5) * 1000, 3),
             "batch_p99_ms": round(percentile(quiet_latencies, 0.99) * 1000, 3),
             "errors": quiet[5],
+        },
+        "unloaded_one_batch_warm": {
+            "decisions_per_s": round(warm[4] / (warm[3] - warm[2])) if warm[3] > warm[2] else None,
+            "batch_p50_ms": round(percentile(warm[1], 0.5) * 1000, 3),
+            "batch_p99_ms": round(percentile(warm[1], 0.99) * 1000, 3),
+            "batches_timed": len(warm[1]),
+            "errors": warm[5],
+            "decisions_equal_core": None if args.leased or expected_warm is None else warm[0] == expected_warm[0],
         },
         "unloaded_one_item_in_flight": {
             "batch_p50_ms": round(percentile(single[1], 0.5) * 1000, 3),
@@ -438,9 +509,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     shard_counts = [int(s) for s in args.shards.split(",")]
 
     items = workload(args.users, args.items, args.seed)
-    core, expected = run_core(items, args.users, args.batch, args.streams)
+    base = {k: getattr(args, k) for k in ("users", "items", "seed", "streams", "batch")}
+    phases = [{**phase_args(name, base), "name": name} for name, *_ in PHASES]
+    core, expected = run_core(items, args.users, args.batch, args.streams, phases)
+    phase_answers = {name: figures.pop("answers") for name, figures in core["phases"].items()}
     if args.cluster_only is not None:
-        print(json.dumps(run_cluster(args.cluster_only, args, expected)))
+        print(json.dumps(run_cluster(args.cluster_only, args, expected, phase_answers["unloaded_one_batch_warm"])))
         return 0
     clusters = [_cluster_in_subprocess(n, args) for n in shard_counts]
     report = {
@@ -463,7 +537,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cluster.batch_p50/p99_ms are under load: streams x in_flight batches are queued at once, so they are "
             "mostly queueing (Little's law); half_load_paced offers half the measured decisions/s open-loop "
             "(latency from each batch's due time); unloaded_one_batch_in_flight is one batch alone; "
-            "unloaded_one_item_in_flight is one 1-item batch at a time (a proxy's single decision). "
+            "unloaded_one_item_in_flight is one 1-item batch at a time (a proxy's single decision); "
+            "unloaded_one_batch_warm is one batch at a time right after the main phase (sensors live; the other "
+            "phases start 10,000 s and more later, so each sensor's first record rolls its window over). "
+            "core_in_process.phases: the core alone on each phase's very items, in the same order and state. "
             "Client, gateway, shards and Ray share the machine's cores; the core figure uses one core."
         ),
         "machine": machine(),
