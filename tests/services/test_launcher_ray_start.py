@@ -4,7 +4,6 @@ are killed; any other error is not retried."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -72,29 +71,3 @@ def test_the_failed_nodes_processes_are_killed_by_their_session_dir(tmp_path: Pa
         for proc in (ours, other):
             proc.kill()
             proc.wait()
-
-
-_AFTER_CLOSE = """
-import os, sys
-from pathlib import Path
-from ray._private.authentication.authentication_utils import is_token_auth_enabled
-from quotaplane.services.launcher import launch
-
-with launch(Path(sys.argv[1]) / "d", admin_port=0, gateway_port=0, metrics_port=None, fsync=False, num_cpus=1):
-    assert is_token_auth_enabled()  # the private Ray runs with the launcher's token
-assert "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_MODE" not in os.environ
-print("token auth after close:", is_token_auth_enabled())
-"""
-
-
-def test_after_close_ray_no_longer_expects_a_token_the_environment_does_not_hold(tmp_path: Path) -> None:
-    """A Ray started next in the same process without a token (a test's raylets, a user's own ``ray.init``) must
-    not find token mode still on: with no ``~/.ray/auth_token`` Ray then fails a check and ends the process. Run
-    in a fresh process whose home holds no Ray token, as a fresh machine's does."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env |= {"HOME": str(tmp_path), "RAY_TMPDIR": str(tmp_path / "ray")}
-    done = subprocess.run(
-        [sys.executable, "-c", _AFTER_CLOSE, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "token auth after close: False" in done.stdout

@@ -186,10 +186,8 @@ class Cluster:
                 os.environ[name] = value
         if self._ray_started:
             forget_ray_auth_token()
-            # forget the token mode: set for joining, or turned on by Ray itself when it started with our token.
-            # Without it a Ray started next in this process without a token (a test's raylets) finds token mode
-            # on and no token, and Ray ends the process (a failed check in its token loader)
-            refresh_ray_config()
+        if self.ray_address is not None:
+            refresh_ray_config()  # forget the token mode set for joining
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
