@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import socket
 import threading
@@ -52,7 +51,7 @@ def ray_nodes(root: Path, head: Mapping[str, Any], workers: Sequence[Mapping[str
     (``start_node_retrying_once``): a flake of a loaded 2-core machine that otherwise fails a whole module."""
     from ray.cluster_utils import Cluster
 
-    from quotaplane.services.launcher._ray import forget_ray_auth_token, start_node_retrying_once
+    from quotaplane.services.launcher._ray import forget_ray_auth_token, refresh_ray_config, start_node_retrying_once
 
     started: list[Any] = []
 
@@ -66,11 +65,12 @@ def ray_nodes(root: Path, head: Mapping[str, Any], workers: Sequence[Mapping[str
             cluster.add_node(**args)
         cluster.wait_for_nodes()
 
-    # raylets of their own token: a launcher that ran earlier in this process leaves Ray's token mode on, and a
-    # head started with token mode on and no token anywhere (a fresh machine has no ~/.ray/auth_token) ends the process
-    token = os.environ.get("RAY_AUTH_TOKEN") or secrets.token_hex(32)
-    with environment(RAY_TMPDIR=str(root), RAY_AUTH_TOKEN=token):
-        forget_ray_auth_token()
+    # Ray's settings as the environment says: a launcher that ran earlier in this process leaves Ray's token mode
+    # on, and a head started with token mode on and no token anywhere (a fresh machine has no ~/.ray/auth_token)
+    # ends the process
+    refresh_ray_config()
+    forget_ray_auth_token()
+    with environment(RAY_TMPDIR=str(root)):
         try:
             start_node_retrying_once(start, root)
             yield started[0]
