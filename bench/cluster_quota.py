@@ -338,6 +338,15 @@ def run_cluster(
                 time.sleep(0.01)
             context = multiprocessing.get_context("spawn")
             out = context.Queue()
+
+            def run_client(load: dict[str, Any]) -> Any:
+                """One load client process with arguments ``load``: its results, once it has ended."""
+                process = context.Process(target=_client, args=(cluster.gateway_address, load, out))
+                process.start()
+                got = out.get(timeout=600)
+                process.join(timeout=60)
+                return got
+
             client_args = {
                 k: getattr(args, k)
                 for k in ("users", "items", "seed", "streams", "batch", "in_flight", "wire", "leased")
@@ -345,45 +354,27 @@ def run_cluster(
             if args.leased:  # the users' keys seen, a renewal round past the books' quiet period: leases held
                 prime_args = {**client_args, "streams": 1, "items": min(args.items, 4 * args.users)}
                 for _ in range(2):
-                    process = context.Process(target=_client, args=(cluster.gateway_address, prime_args, out))
-                    process.start()
-                    out.get(timeout=600)
-                    process.join(timeout=60)
+                    run_client(prime_args)
                     cluster.gateway.leases.renew()
                     time.sleep(1.0)  # quotaplane.lease.ms: a new book grants nothing for one lease period
-            process = context.Process(target=_client, args=(cluster.gateway_address, client_args, out))
-            process.start()
-            results = out.get(timeout=600)
-            process.join(timeout=60)
+            results = run_client(client_args)
             stats = cluster.gateway.stats()
             # unloaded and warm: one batch at a time right after the main phase, its sensors live (as the core's
             # timed batches find them): the latency of a batch alone, not of the windows rolling over
             warm_args = {**phase_args("unloaded_one_batch_warm", client_args), "in_flight": 1}
-            process = context.Process(target=_client, args=(cluster.gateway_address, warm_args, out))
-            process.start()
-            warm = out.get(timeout=600)[0]
-            process.join(timeout=60)
+            warm = run_client(warm_args)[0]
             # unloaded: one stream, one batch at a time (no queueing), 10,000 s later (fresh windows)
             quiet_args = {**phase_args("unloaded_one_batch_in_flight", client_args), "in_flight": 1}
-            process = context.Process(target=_client, args=(cluster.gateway_address, quiet_args, out))
-            process.start()
-            quiet = out.get(timeout=600)[0]
-            process.join(timeout=60)
+            quiet = run_client(quiet_args)[0]
             # one item per batch, one at a time: what one decision of a Kafka proxy waits for
             single_args = {**phase_args("unloaded_one_item_in_flight", client_args), "in_flight": 1}
-            process = context.Process(target=_client, args=(cluster.gateway_address, single_args, out))
-            process.start()
-            single = out.get(timeout=600)[0]
-            process.join(timeout=60)
+            single = run_client(single_args)[0]
             # half load: the same streams, paced open-loop at half the decisions/s measured above
             timed = sum(r[4] for r in results.values())
             span = max(r[3] for r in results.values()) - min(r[2] for r in results.values())
             half_rate = timed / span / 2 if span > 0 else None
             half_args = {**phase_args("half_load_paced", client_args), "rate": half_rate}
-            process = context.Process(target=_client, args=(cluster.gateway_address, half_args, out))
-            process.start()
-            half = out.get(timeout=600)
-            process.join(timeout=60)
+            half = run_client(half_args)
     half_latencies = [x for r in half.values() for x in r[1]]
     quiet_latencies = quiet[1]
     latencies = [x for r in results.values() for x in r[1]]

@@ -12,7 +12,7 @@ from ._placement import RendezvousPlacement, owner_of, shard_weight
 from ._resources import check_resources
 from ._standby import STANDBY_SUFFIX, NotServingError, standby_of
 from ._usage_checkpoint import CHECKPOINT_FILE
-from ._usage_columns import RequestColumns, UsageColumns, pack_columns, pack_usage, unpack_usage
+from ._usage_columns import COLUMN_KINDS, RequestColumns, UsageColumns, pack_columns, pack_usage, unpack_usage
 from .controller import (
     DEFAULT_CONTROLLER_NAME,
     ConfigController,
@@ -24,6 +24,7 @@ from .shard import ShardActor, start_shard
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "COLUMN_KINDS",
     "DEFAULT_CONTROLLER_NAME",
     "STANDBY_SUFFIX",
     "Bindings",

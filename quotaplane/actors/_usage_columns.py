@@ -25,7 +25,18 @@ from dataclasses import dataclass
 
 from quotaplane.quota import QuotaType, UsageItem
 
-__all__ = ["RequestColumns", "UsageColumns", "last_time_ms", "pack_columns", "pack_usage", "unpack_usage"]
+__all__ = [
+    "COLUMN_KINDS",
+    "RequestColumns",
+    "UsageColumns",
+    "last_time_ms",
+    "pack_columns",
+    "pack_usage",
+    "unpack_usage",
+]
+
+#: the micro-batch kinds whose items may travel as ``UsageColumns`` (a gateway's usage and un-record)
+COLUMN_KINDS = frozenset({"usage", "unrecord"})
 
 #: the quota types a usage column carries, by their code (the byte of each item in ``quota_types``)
 _TYPES = (QuotaType.PRODUCE, QuotaType.FETCH)
@@ -50,6 +61,10 @@ class UsageColumns:
 
     def __len__(self) -> int:
         return self.count
+
+    def total_value(self) -> float:
+        """The sum of the values, added in the items' order (as ``sum`` over the tuples adds them)."""
+        return float(sum(_numbers("d", self.values, self.count, "values")))
 
 
 def _numbers(typecode: str, data: bytes, count: int, name: str) -> array:
@@ -76,20 +91,13 @@ def pack_usage(items: Sequence[tuple[str, str, str, float, int]]) -> UsageColumn
     try:
         quota_types, users, client_ids, values, times = zip(*items, strict=True)
         codes = b"".join(map(_CODES.__getitem__, quota_types))
-        users_joined = _SEPARATOR.join(users)
-        clients_joined = _SEPARATOR.join(client_ids)
         if set(map(type, values)) != {float} or set(map(type, times)) != {int}:
             return None  # an int value would come back a float, a bool time an int: not the items sent
-        value_column = array("d", values)
-        time_column = array("q", times)
+        if _SEPARATOR in "".join(users) or _SEPARATOR in "".join(client_ids):
+            return None  # a NUL within a name would split it in two at the shard
+        return pack_columns([((codes, users, client_ids, values, times), None)])
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
-    separators = len(items) - 1  # a NUL within a name would split it in two at the shard
-    if users_joined.count(_SEPARATOR) != separators or clients_joined.count(_SEPARATOR) != separators:
-        return None
-    return UsageColumns(
-        len(items), codes, users_joined, clients_joined, _to_bytes(value_column), _to_bytes(time_column)
-    )
 
 
 #: a checked request's columns: ``(quota type codes (0 PRODUCE, 1 FETCH) as bytes, users, client ids, values as

@@ -94,7 +94,7 @@ from ._start_phases import StartPhases
 from ._telemetry_host import TelemetryHost, archive_writer_id
 from ._throttle_archive import ThrottleArchive, record_throttles
 from ._usage_checkpoint import CHECKPOINT_FILE, UsageCheckpointer, load_checkpoint
-from ._usage_columns import UsageColumns, last_time_ms, unpack_usage
+from ._usage_columns import COLUMN_KINDS, UsageColumns, last_time_ms, unpack_usage
 from .controller import wall_clock_ms
 
 __all__ = ["FENCED_KINDS", "HOUSEKEEPING_INTERVAL_MS", "SERVE_KINDS", "ShardActor", "start_shard"]
@@ -110,8 +110,6 @@ SERVE_KINDS = (
     "producer_ids", "replication", "telemetry", "connection",
 )  # fmt: skip
 FENCED_KINDS = frozenset({"usage", "unrecord", "request", "mutation", "throttle"})  # "lease" is routed by its key
-#: the kinds whose items may come as ``UsageColumns`` (``_usage_columns``) instead of a list of tuples
-_COLUMN_KINDS = frozenset({"usage", "unrecord"})
 #: Kafka expires inactive sensors from a background task every 30 s (ExpireSensorTask); a shard does it
 #: on the first call past each interval of its callers' clock.
 HOUSEKEEPING_INTERVAL_MS = 30_000
@@ -426,7 +424,7 @@ class ShardActor(StandbyMember):
         if isinstance(config_offset, bool) or not isinstance(config_offset, int) or config_offset < 0:
             raise ValueError(f"config_offset must be a non-negative int, got {config_offset!r}")
         columns = isinstance(items, UsageColumns)
-        if columns and kind not in _COLUMN_KINDS:
+        if columns and kind not in COLUMN_KINDS:
             raise ValueError(f"{kind} items come as a list, not as usage columns")
         if not columns:
             _check_batch(items)

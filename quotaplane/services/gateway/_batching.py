@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from quotaplane.actors import RequestColumns, pack_columns, pack_usage, ray_get, standby_of
+from quotaplane.actors import COLUMN_KINDS, RequestColumns, UsageColumns, pack_columns, pack_usage, ray_get, standby_of
 
 from ._checks import InvalidArgument, Unavailable, wall_clock_ms
 from ._lost_usage import LostUsage, Restart
@@ -41,8 +41,6 @@ __all__ = ["Pending", "Router", "ShardWorker", "Unit"]
 log = logging.getLogger(__name__)
 #: a usage item's value: ``(quota type, user, client id, value, now_ms)``
 _VALUE = operator.itemgetter(3)
-#: kinds whose micro-batches go to the shard as ``UsageColumns`` (``quotaplane.actors._usage_columns``)
-_COLUMN_KINDS = frozenset({"usage", "unrecord"})
 #: kinds whose micro-batches may follow each other on a direct connection (``ShardWorker._pipeline``): their
 #: answers are one small number per item, so a shard writing an answer never waits for the gateway to read
 _PIPELINED_KINDS = frozenset({"usage", "unrecord", "request", "producer_ids"})
@@ -118,12 +116,16 @@ class Pending:
 
 @dataclass(slots=True)
 class _InFlight:
-    """One micro-batch sent to a shard: its units, kind, config offset, items and when it was sent (ms)."""
+    """One micro-batch for a shard: its units, kind, config offset, item count, what goes on the wire (usage as
+    ``UsageColumns`` when they fit, else the items), the usage bytes it carries (usage only) and when it was
+    gathered (ms)."""
 
     units: list[Unit]
     kind: str
     offset: int
-    items: list[Any]
+    count: int
+    wire: Any
+    usage_bytes: float | None
     sent_ms: int
 
 
@@ -243,35 +245,38 @@ class ShardWorker(threading.Thread):
             self.gateway.finish(unit.pending, error=error)
 
     def _gather(self, units: list[Unit]) -> _InFlight:
-        items: list[Any] = []
-        for unit in units:
-            source = unit.pending.items
-            items.extend(source[i] for i in unit.indices)
-        return _InFlight(units, units[0].pending.kind, units[0].offset, items, wall_clock_ms())
-
-    @staticmethod
-    def _wire(batch: _InFlight) -> Any:
-        """The items as the shard is sent them: usage as columns (``UsageColumns``) when they fit, else tuples."""
-        if batch.kind not in _COLUMN_KINDS:
-            return batch.items
-        parts = []
-        for unit in batch.units:
-            pending = unit.pending
-            if pending.columns is None:
-                packed = pack_usage(batch.items)
-                return batch.items if packed is None else packed
-            parts.append((pending.columns, None if len(unit.indices) == len(pending.items) else unit.indices))
-        return pack_columns(parts)
+        """The micro-batch of ``units`` in its wire form, built once: usage from its requests' own columns (no
+        tuple per item), packed from the items when a request came without columns, else the items."""
+        kind = units[0].pending.kind
+        wire: Any
+        if kind in COLUMN_KINDS and all(unit.pending.columns is not None for unit in units):
+            wire = pack_columns(
+                [
+                    (unit.pending.columns, None if len(unit.indices) == len(unit.pending.items) else unit.indices)
+                    for unit in units  # type: ignore[misc]
+                ]
+            )
+        else:
+            items: list[Any] = []
+            for unit in units:
+                items.extend(map(unit.pending.items.__getitem__, unit.indices))
+            packed = pack_usage(items) if kind in COLUMN_KINDS else None
+            wire = items if packed is None else packed
+        usage_bytes = None
+        if kind == "usage":  # one C pass for the bytes
+            usage_bytes = wire.total_value() if isinstance(wire, UsageColumns) else float(sum(map(_VALUE, wire)))
+        count = sum(len(unit.indices) for unit in units)
+        return _InFlight(units, kind, units[0].offset, count, wire, usage_bytes, wall_clock_ms())
 
     def _send(self, units: list[Unit]) -> None:
         batch = self._gather(units)
-        self._answered(batch, self.channel.call(batch.kind, batch.offset, self._wire(batch)))
+        self._answered(batch, self.channel.call(batch.kind, batch.offset, batch.wire))
 
     def _answered(self, batch: _InFlight, answer: Any) -> None:
         received_ms = wall_clock_ms()
         recorded = None
         try:
-            recorded = self._deliver_answer(batch.units, batch.kind, batch.items, batch.offset, answer)
+            recorded = self._deliver_answer(batch, answer)
         finally:
             # after the answers went out (a takeover's first answers do not wait for this actor call), and before
             # this batch counts as sent: the new incarnation recorded it, whenever it was sent
@@ -295,7 +300,7 @@ class ShardWorker(threading.Thread):
                 batch = self._gather(pending)
                 pending = None
                 try:
-                    self.channel.send(batch.kind, batch.offset, self._wire(batch))
+                    self.channel.send(batch.kind, batch.offset, batch.wire)
                 except Exception as e:  # the connection broke: this batch and those on the wire are lost with it
                     self._fail_on_wire([*on_wire, batch], e)
                     return
@@ -361,25 +366,25 @@ class ShardWorker(threading.Thread):
             finally:
                 self.gateway.barrier.done(batch.units)
 
-    def _deliver_answer(self, units: list[Unit], kind: str, items: list[Any], offset: int, answer: Any) -> float | None:
+    def _deliver_answer(self, batch: _InFlight, answer: Any) -> float | None:
         """Fill the units' answers (or route them again); the usage bytes the shard recorded, if any."""
         gateway = self.gateway
         shard_offset, throttles = answer[0], answer[1]
         self.batches += 1
         if throttles is None:
-            if shard_offset < offset:  # it could not catch up to the gateway's config
-                raise Unavailable(f"shard {self.shard_id} is behind the config ({shard_offset} < {offset})")
+            if shard_offset < batch.offset:  # it could not catch up to the gateway's config
+                raise Unavailable(f"shard {self.shard_id} is behind the config ({shard_offset} < {batch.offset})")
             # it is ahead of the offset these items were routed at, and hands over what it applied since
-            gateway.reroute(units, shard_offset, answer[2] if len(answer) > 2 else ())
+            gateway.reroute(batch.units, shard_offset, answer[2] if len(answer) > 2 else ())
             return None
-        self.items += len(items)
+        self.items += batch.count
         start = 0
-        for unit in units:
+        for unit in batch.units:
             end = start + len(unit.indices)
             if unit.pending.fill(unit.indices, throttles[start:end], shard_offset):
                 gateway.finish(unit.pending)
             start = end
-        return float(sum(map(_VALUE, items))) if kind == "usage" else None  # one C pass for the bytes
+        return batch.usage_bytes
 
     def _check_incarnation(self) -> None:
         """After a (re)connect: if the shard is a new incarnation (Ray restarted it), count the usage bytes
