@@ -207,9 +207,7 @@ class _DeferredArchive:
 
     def hand_over(self) -> None:
         pending, self.pending = self.pending, []
-        export = self.archive.export_metrics
-        for context, payload in pending:
-            export(context, payload)
+        self.archive.submit_many(pending)  # one lock and one wake-up of the archive's thread per call
 
     def close(self) -> None:
         self.hand_over()

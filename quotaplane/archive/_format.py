@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -47,6 +47,7 @@ __all__ = [
     "ArchiveCorruptError",
     "ArchiveRecord",
     "BatchHeader",
+    "EncodedLabels",
     "SegmentName",
     "batch_crc",
     "decode_records",
@@ -178,6 +179,8 @@ def encode_uvarint(value: int) -> bytes:
         if value < 0:
             raise ValueError(f"a varint is unsigned, got {value}")
         return _SMALL_VARINTS[value]
+    if value < 16_384:  # two bytes: every record's body length and size in the telemetry stream
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -223,13 +226,8 @@ def _encode_label(key: object, value: object) -> bytes:
     return b"".join((encode_uvarint(len(kb)), kb, encode_uvarint(len(vb)), vb))
 
 
-def encode_record_fields(labels: Mapping[str, str], body: bytes) -> bytes:
-    """A record's labels and body, encoded once at ``append`` (the time delta is added per batch).
-
-    Raises ValueError or TypeError for a label that is not a UTF-8-encodable ``str``, so a bad record
-    is refused alone instead of failing a whole batch at flush time. Labels seen before come from
-    ``_LABEL_CACHE`` (only checked, encodable ``str`` pairs are put there).
-    """
+def _encode_labels(labels: Mapping[str, str]) -> bytes:
+    """``uvarint(count)`` then every label, in the mapping's order (the fields' head before the body)."""
     pairs = list(labels.items())
     encoded: list[bytes | None] = list(map(_LABEL_CACHE.get, pairs))  # a C loop; TypeError if unhashable
     if None in encoded:
@@ -241,8 +239,66 @@ def encode_record_fields(labels: Mapping[str, str], body: bytes) -> bytes:
                 if len(cache) >= _LABEL_CACHE_MAX:
                     cache.clear()
                 cache[pair] = label
+    return b"".join((encode_uvarint(len(pairs)), *encoded))  # type: ignore[arg-type]
+
+
+class EncodedLabels(Mapping[str, str]):
+    """An immutable label set held in its on-disk form: ``encode_record_fields`` writes it as it is.
+
+    Why: a writer appending many records with the same labels (every push of a client instance carries the
+    same dozen) encoded them afresh per record, about half the archive's CPU per push. Built once from a
+    mapping (checked as ``encode_record_fields`` checks labels: ValueError or TypeError here), it reads back
+    as that mapping, in its order; only the bytes are kept, so holding one per client costs a few hundred
+    bytes.
+    """
+
+    __slots__ = ("encoded",)
+
+    encoded: bytes
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        object.__setattr__(self, "encoded", _encode_labels(labels))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("EncodedLabels is immutable")
+
+    def _decoded(self) -> dict[str, str]:
+        raw = self.encoded
+        count, pos = _read_uvarint(raw, 0)
+        labels: dict[str, str] = {}
+        for _ in range(count):
+            n, pos = _read_uvarint(raw, pos)
+            key = raw[pos : pos + n].decode("utf-8")
+            pos += n
+            n, pos = _read_uvarint(raw, pos)
+            labels[key] = raw[pos : pos + n].decode("utf-8")
+            pos += n
+        return labels
+
+    def __getitem__(self, key: str) -> str:
+        return self._decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return _read_uvarint(self.encoded, 0)[0]
+
+    def __repr__(self) -> str:
+        return f"EncodedLabels({self._decoded()!r})"
+
+
+def encode_record_fields(labels: Mapping[str, str], body: bytes) -> bytes:
+    """A record's labels and body, encoded once at ``append`` (the time delta is added per batch).
+
+    Raises ValueError or TypeError for a label that is not a UTF-8-encodable ``str``, so a bad record
+    is refused alone instead of failing a whole batch at flush time. Labels seen before come from
+    ``_LABEL_CACHE`` (only checked, encodable ``str`` pairs are put there); ``EncodedLabels`` are written as
+    they are.
+    """
+    head = labels.encoded if type(labels) is EncodedLabels else _encode_labels(labels)
     body = bytes(body)
-    return b"".join((encode_uvarint(len(pairs)), *encoded, encode_uvarint(len(body)), body))  # type: ignore[arg-type]
+    return b"".join((head, encode_uvarint(len(body)), body))
 
 
 def encode_batch(entries: Sequence[tuple[int, bytes]], compressor: zstandard.ZstdCompressor | None = None) -> bytes:

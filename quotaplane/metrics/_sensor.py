@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._config import MetricConfig, RecordingLevel
 
@@ -44,6 +44,7 @@ class Sensor:
 
     __slots__ = (
         "_metrics",
+        "_recorders",
         "_registry",
         "_should_record",
         "config",
@@ -76,6 +77,9 @@ class Sensor:
         self.inactive_sensor_expiration_ms = inactive_sensor_expiration_time_seconds * 1000
         self.last_record_time_ms = now_ms
         self._metrics: dict[object, KafkaMetric] = {}
+        #: ``(metric, metric.stat.record)`` of every metric, in order: a sensor records on every push and every
+        #: request, and the bound methods are looked up once (a metric's stat never changes; its config may)
+        self._recorders: tuple[tuple[KafkaMetric, Any], ...] = ()
         self._check_forest(set())
 
     def _check_forest(self, seen: set[int]) -> None:
@@ -93,10 +97,14 @@ class Sensor:
         if not self._should_record:
             return
         self.last_record_time_ms = now_ms
-        for metric in self._metrics.values():
-            metric.stat.record(metric.config, value, now_ms)
+        recorders = self._recorders
+        for metric, stat_record in recorders:
+            stat_record(metric.config, value, now_ms)
         if check_quotas:
-            self.check_quotas(now_ms)
+            for metric, _ in recorders:
+                if metric.config.quota is not None:  # as check_quotas, without its call when no metric has one
+                    self.check_quotas(now_ms)
+                    break
         for parent in self.parents:
             parent.record(value, now_ms, check_quotas=check_quotas)
 
@@ -130,6 +138,7 @@ class Sensor:
         metric = self._registry._new_metric(metric_name, stat, config if config is not None else self.config)
         self._registry.register_metric(metric)
         self._metrics[metric.metric_name] = metric
+        self._recorders += ((metric, metric.stat.record),)
         return True
 
     def has_metrics(self) -> bool:

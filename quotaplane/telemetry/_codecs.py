@@ -58,11 +58,9 @@ quotaplane.errors.TelemetryTooLargeError: Decompressed telemetry metrics exceed 
 from __future__ import annotations
 
 import gzip
-import itertools
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
 from enum import IntEnum
 
 import lz4.frame
@@ -328,13 +326,24 @@ def _zstd(data: bytes, limit: int) -> bytes:
     # of the input is valid for a streaming decoder, so the cuts only bound memory and the decoder alone
     # judges the frame. Its default window limit (128 MiB, as Kafka's zstd-jni) stays: the window is
     # allocated but only touched as output is written, and output is bounded here.
+    cuts = _zstd_cuts(data)
     decoder = _zstd_decompressor().decompressobj()
-    view = memoryview(data)
-    chunks = []
-    total = 0
-    start = 0
     try:
-        for cut in itertools.chain(_zstd_cuts(data), (len(data),)):
+        if not cuts:  # one piece, whose output is bounded by one block (a client's push, nearly always)
+            out = decoder.decompress(data)
+            if len(out) > limit:
+                raise _too_large(limit)
+            if not decoder.eof:
+                raise _truncated("zstd")
+            if decoder.unused_data:
+                raise _trailing("zstd", len(decoder.unused_data))
+            return out
+        view = memoryview(data)
+        chunks = []
+        total = 0
+        start = 0
+        cuts.append(len(data))
+        for cut in cuts:
             chunk = decoder.decompress(view[start:cut])
             start = cut
             total += len(chunk)
@@ -353,17 +362,20 @@ def _zstd(data: bytes, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _zstd_cuts(data: bytes) -> Iterator[int]:
+def _zstd_cuts(data: bytes) -> list[int]:
     """Offsets, at block boundaries, that cut a zstd frame into pieces decoding to ~_ZSTD_FEED_BYTES.
 
     Reads only the frame header's size fields and the 3-byte block headers, and validates nothing:
     at the first thing it does not follow (a bad magic, a reserved block type, the end of the input)
     it stops and the rest goes to the decoder in one piece, whose output is then at most its length
-    (a raw block streams; a partial compressed or RLE block decodes to nothing).
+    (a raw block streams; a partial compressed or RLE block decodes to nothing). A frame whose blocks
+    decode to less than ~_ZSTD_FEED_BYTES has no cut (a list, not a generator: that is the common case,
+    and a push should not pay for a generator's frames).
     """
+    cuts: list[int] = []
     size = len(data)
     if size < 6 or not data.startswith(_ZSTD_MAGIC):
-        return
+        return cuts
     descriptor = data[4]
     single_segment = descriptor & 0x20
     position = (
@@ -378,15 +390,16 @@ def _zstd_cuts(data: bytes) -> Iterator[int]:
         block_type = (header >> 1) & 0x03
         block_size = header >> 3
         if block_type == 3 or header & 1:  # reserved type, or the last block: the rest is one piece
-            return
+            return cuts
         position += 3 + (1 if block_type == 1 else block_size)
         if position > size:
-            return
+            return cuts
         # raw and RLE blocks decode to block_size bytes, a compressed block to at most 128 KiB
         bound += _ZSTD_BLOCK_MAX if block_type == 2 else block_size
         if bound >= _ZSTD_FEED_BYTES:
-            yield position
+            cuts.append(position)
             bound = 0
+    return cuts
 
 
 _DECOMPRESSORS = {

@@ -95,9 +95,15 @@ class DeferredClientTelemetryPayload(ClientTelemetryPayload):
     the labels into every resource was a fifth of a push's CPU in the shard. An exporter that reads it sees
     what it saw before, and nothing in the merge can fail (the labels' wire form is prepared, and checked, on
     the request path). A copy (pickle) is a plain, merged ``ClientTelemetryPayload``.
+
+    ``labels_memo`` is a dict the client instance keeps for as long as its ``resource_attributes``: an exporter
+    may keep there what it derives from them (the archive keeps the record's labels, encoded), under a key of
+    its own, so that it is derived once per instance rather than once per push. Only exporters touch it.
     """
 
-    __slots__ = ("_merge",)
+    __slots__ = ("_merge", "labels_memo")
+
+    labels_memo: dict[Any, Any]
 
     def __init__(
         self,
@@ -110,21 +116,19 @@ class DeferredClientTelemetryPayload(ClientTelemetryPayload):
         resource_attributes: Mapping[str, str],
         decoded: MetricsData,
         merge: Callable[[MetricsData], None],
+        labels_memo: dict[Any, Any] | None = None,
     ) -> None:
         # the frozen dataclass's __init__ cannot be used: ``metrics_data`` is a read-only property here
-        values = (
-            client_instance_id,
-            is_terminating,
-            content_type,
-            compression_type,
-            compressed_size,
-            data,
-            resource_attributes,
-            decoded,
-        )
-        for slot, value in zip(_SLOTS.values(), values, strict=True):
-            slot.__set__(self, value)
-        object.__setattr__(self, "_merge", merge)
+        _set_id(self, client_instance_id)
+        _set_terminating(self, is_terminating)
+        _set_content_type(self, content_type)
+        _set_compression_type(self, compression_type)
+        _set_compressed_size(self, compressed_size)
+        _set_data(self, data)
+        _set_resource_attributes(self, resource_attributes)
+        _set_metrics_data(self, decoded)
+        _set_merge(self, merge)
+        _set_labels_memo(self, {} if labels_memo is None else labels_memo)
 
     @property  # type: ignore[override]
     def metrics_data(self) -> MetricsData:
@@ -139,6 +143,19 @@ class DeferredClientTelemetryPayload(ClientTelemetryPayload):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return ClientTelemetryPayload, tuple(getattr(self, name) for name in _SLOTS)
+
+
+# The slots' setters, called directly (a loop over the slots cost a few microseconds of every push)
+_set_id = _SLOTS["client_instance_id"].__set__
+_set_terminating = _SLOTS["is_terminating"].__set__
+_set_content_type = _SLOTS["content_type"].__set__
+_set_compression_type = _SLOTS["compression_type"].__set__
+_set_compressed_size = _SLOTS["compressed_size"].__set__
+_set_data = _SLOTS["data"].__set__
+_set_resource_attributes = _SLOTS["resource_attributes"].__set__
+_set_metrics_data = _SLOTS["metrics_data"].__set__
+_set_merge = DeferredClientTelemetryPayload.__dict__["_merge"].__set__
+_set_labels_memo = DeferredClientTelemetryPayload.__dict__["labels_memo"].__set__
 
 
 #: Serializes deferred merges (rare: only exporters that read ``metrics_data`` trigger one, once per payload).

@@ -178,8 +178,9 @@ class ClientMetricsInstance:
         self.terminating = False
         self.last_known_error = Errors.NONE
         self.expires_at_ms = 0
-        #: the broker's resource attributes of this instance and their encoding (``prepare_resource_attributes``),
-        #: built by the manager on its first push: a few hundred bytes, the key set shared by all instances
+        #: the broker's resource attributes of this instance, their merge into a push (with their encoding,
+        #: ``prepare_resource_attributes``) and the exporters' ``labels_memo``; built by the manager on its first
+        #: push: a few hundred bytes (the archive's encoded labels a few hundred more), the key set shared by all
         self.resource_labels: Any = None
 
     @property

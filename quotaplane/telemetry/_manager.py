@@ -340,8 +340,11 @@ class ClientMetricsManager:
         labels = instance.resource_labels
         if labels is None:  # the instance's attributes never change: built and encoded once, on its first push
             attributes = self._resource_attributes(instance)
-            labels = instance.resource_labels = (attributes, prepare_resource_attributes(attributes))
-        attributes, prepared = labels
+            merge = functools.partial(
+                add_resource_attributes, attributes=attributes, prepared=prepare_resource_attributes(attributes)
+            )
+            labels = instance.resource_labels = (attributes, merge, {})
+        attributes, merge, memo = labels
         # the labels are merged into metrics_data when an exporter first reads it (the archive never does)
         return DeferredClientTelemetryPayload(
             instance.client_instance_id,
@@ -352,7 +355,8 @@ class ClientMetricsManager:
             data,
             attributes,
             metrics_data,
-            functools.partial(add_resource_attributes, attributes=attributes, prepared=prepared),
+            merge,
+            memo,
         )
 
     def _resource_attributes(self, instance: ClientMetricsInstance) -> dict[str, str]:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from quotaplane.archive import (
     ArchiveCorruptError,
     ArchiveRecord,
+    EncodedLabels,
     _format,
     decode_segment_bytes,
     hour_partition,
@@ -132,6 +133,35 @@ def test_a_bad_label_is_refused_after_good_ones_were_cached():
     with pytest.raises(UnicodeEncodeError):
         encode_record_fields({"k": "v", "s": "\ud800"}, b"")
     assert ("n", 1) not in _format._LABEL_CACHE and ("s", "\ud800") not in _format._LABEL_CACHE
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    labels=st.dictionaries(st.sampled_from(["a", "node_id", "é", ""]) | _label_text, _label_text, max_size=14),
+    body=st.binary(max_size=20_000),
+)
+def test_encoded_labels_write_the_bytes_of_the_labels_they_hold(labels: dict[str, str], body: bytes) -> None:
+    """Labels encoded once (``EncodedLabels``) are written byte for byte as the plain mapping, and read back as
+    it, in its order (bodies past 16 KiB take varints of three bytes)."""
+    encoded = EncodedLabels(labels)
+    assert encode_record_fields(encoded, body) == _fields_by_the_docs(labels, body)
+    assert encode_record_fields(encoded, body) == encode_record_fields(labels, body)
+    assert list(encoded.items()) == list(labels.items()) and len(encoded) == len(labels)
+    assert encoded == labels and dict(encoded) == labels
+
+
+def test_encoded_labels_are_checked_once_and_immutable():
+    with pytest.raises(TypeError):
+        EncodedLabels({"k": 1})  # type: ignore[dict-item]
+    with pytest.raises(UnicodeEncodeError):
+        EncodedLabels({"k": "\ud800"})
+    encoded = EncodedLabels({"k": "v", "client_id": "c1"})
+    with pytest.raises(AttributeError):
+        encoded.encoded = b"\x00"  # type: ignore[misc]
+    assert encoded["client_id"] == "c1" and "k" in encoded and "x" not in encoded
+    with pytest.raises(KeyError):
+        encoded["x"]
+    assert repr(encoded) == "EncodedLabels({'k': 'v', 'client_id': 'c1'})"
 
 
 def test_partitions_are_utc_hours_spark_can_discover():

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
-from quotaplane.archive import ArchiveReader, ArchiveRecord, ArchiveWriter
+from quotaplane.archive import ArchiveReader, ArchiveRecord, ArchiveWriter, EncodedLabels
 from quotaplane.exporters.archive import (
     LABEL_COMPRESSION_TYPE,
     LABEL_CONTENT_TYPE,
@@ -28,6 +28,7 @@ from quotaplane.telemetry._exporter import (
     ClientTelemetryContext,
     ClientTelemetryExporter,
     ClientTelemetryPayload,
+    DeferredClientTelemetryPayload,
     RequestContext,
 )
 
@@ -197,6 +198,78 @@ class ControlledWriter:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def test_submit_many_queues_in_order_and_drops_what_a_full_queue_cannot_hold(tmp_path: Path):
+    writer = ControlledWriter(tmp_path)
+    writer.release.clear()
+    exporter = TelemetryArchiveExporter(writer=writer, queue_capacity=3, flush_max_records=100)
+    exporter.export_metrics(*push(0))
+    assert writer.in_append.wait(WAIT_S)  # the thread holds push 0 and is stuck in the writer
+
+    assert exporter.submit_many([push(i) for i in (1, 2)]) == 2
+    assert exporter.submit_many([push(i) for i in (3, 4, 5)]) == 1  # room for one: 4 and 5 dropped
+    assert exporter.submit_many([]) == 0
+    assert exporter.stats().queued == 3 and exporter.dropped == 2
+
+    writer.release.set()
+    exporter.close()
+    assert [r.time_ms for r in read_all(tmp_path)] == [T0 + i * 100 for i in range(4)]
+    assert exporter.submit_many([push(6)]) == 0  # closed: dropped and counted, not raised
+    assert (exporter.exported, exporter.dropped, exporter.errors) == (4, 3, 0)
+
+
+def deferred(context_payload: tuple[ClientTelemetryContext, ClientTelemetryPayload], memo: dict) -> tuple:
+    """The push as the manager hands it on: a deferred payload with its instance's ``labels_memo``."""
+    context, p = context_payload
+    payload = DeferredClientTelemetryPayload(
+        p.client_instance_id,
+        p.is_terminating,
+        p.content_type,
+        p.compression_type,
+        p.compressed_size,
+        p.data,
+        p.resource_attributes,
+        p.metrics_data,
+        lambda data: None,
+        memo,
+    )
+    return context, payload
+
+
+def test_a_push_with_its_instances_memo_is_archived_as_one_without(tmp_path: Path):
+    """The manager's pushes carry their instance's ``labels_memo``: their labels are encoded once per instance
+    (and push labels) and kept there, and what reaches the disk is what the plain payloads give."""
+    plain = [push(i) for i in range(60)]
+    memos: dict[str, dict] = {}
+    with_memo = [deferred(p, memos.setdefault(p[1].resource_attributes["client_id"], {})) for p in plain]
+    for root, pushes in ((tmp_path / "plain", plain), (tmp_path / "memo", with_memo)):
+        with TelemetryArchiveExporter(root, writer_id="same") as exporter:
+            assert exporter.submit_many(pushes) == len(pushes)
+    assert read_all(tmp_path / "memo") == read_all(tmp_path / "plain")
+    assert sorted(p.name for p in (tmp_path / "memo").rglob("*.seg")) == sorted(
+        p.name for p in (tmp_path / "plain").rglob("*.seg")
+    )
+
+    first, again, terminating = with_memo[0], with_memo[10], with_memo[9]  # the same instance as 0: i % 5 == 0
+    labels = telemetry_record(*first).labels
+    assert isinstance(labels, EncodedLabels) and telemetry_record(*again).labels is labels
+    assert telemetry_record(*terminating).labels is not labels
+    assert telemetry_record(*terminating).labels[LABEL_TERMINATING] == "true"
+    assert len(memos["producer-0"]) == 1 and len(memos["producer-4"]) == 2  # one label set each, 9's terminates
+
+
+def test_a_bad_label_with_a_memo_is_refused_every_time_and_kept_out_of_it(tmp_path: Path):
+    memo: dict = {}
+    context, payload = push(1)
+    bad = ClientTelemetryPayload(
+        **{**{f: getattr(payload, f) for f in payload.__slots__}, "resource_attributes": {"n": 1}}
+    )
+    with TelemetryArchiveExporter(tmp_path) as exporter:
+        exporter.submit_many([deferred((context, bad), memo), deferred((context, bad), memo), push(2)])
+    assert memo == {}
+    assert [r.time_ms for r in read_all(tmp_path)] == [T0 + 200]
+    assert (exporter.exported, exporter.dropped, exporter.errors) == (1, 2, 2)
 
 
 def test_full_queue_drops_and_never_blocks(tmp_path: Path):
