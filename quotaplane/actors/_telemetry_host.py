@@ -49,7 +49,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,34 +141,47 @@ def _check_now(index: int, now_ms: object) -> None:
         raise ValueError(f"item {index}: now_ms must be an int >= 0, got {now_ms!r}")
 
 
-def check_items(items: Sequence[Any]) -> None:
-    """Every item well-formed, or ValueError naming the first bad one."""
+def check_items(items: Sequence[Any], known_contexts: Container[Any] = ()) -> None:
+    """Every item well-formed, or ValueError naming the first bad one.
+
+    ``known_contexts``: context tuples that passed these checks before (the host's cache of them). A push's
+    context equal to one of them is not checked again: a connection sends the same context with every push,
+    and checking its seven fields was most of this function's cost. Equal means equal fields, so only the port
+    could differ in kind (``True == 1``): it is checked to be an ``int`` again.
+    """
     for index, item in enumerate(items):
         if type(item) is not tuple or not item:
             raise ValueError(f"item {index}: expected a tuple starting with one of {', '.join(TELEMETRY_OPS)}")
         op = item[0]
-        if op == "get":
-            if len(item) != 4:
-                raise ValueError(f"item {index}: expected ('get', client_instance_id, context, now_ms)")
-            _check_id(index, item[1])
-            _check_context(index, item[2])
-        elif op == "push":
+        if op == "push":
             if len(item) != 8:
                 raise ValueError(
                     f"item {index}: expected ('push', client_instance_id, subscription_id, terminating, "
                     "compression_type, metrics, context, now_ms)"
                 )
             _, client_instance_id, subscription_id, terminating, compression_type, metrics, context, _now = item
-            _check_id(index, client_instance_id)
-            if not _is_int(subscription_id, *_INT32):
+            # each check's exact-type case inline (a push is checked on every shard call), its helper otherwise
+            if type(client_instance_id) is not bytes or len(client_instance_id) not in (0, 16):
+                _check_id(index, client_instance_id)
+            if not (type(subscription_id) is int and _INT32[0] <= subscription_id <= _INT32[1]) and not _is_int(
+                subscription_id, *_INT32
+            ):
                 raise ValueError(f"item {index}: subscription_id must be an int32, got {subscription_id!r}")
             if type(terminating) is not bool:
                 raise ValueError(f"item {index}: terminating must be a bool")
-            if not _is_int(compression_type, *_INT8):
+            if not (type(compression_type) is int and _INT8[0] <= compression_type <= _INT8[1]) and not _is_int(
+                compression_type, *_INT8
+            ):
                 raise ValueError(f"item {index}: compression_type must be an int8, got {compression_type!r}")
-            if not isinstance(metrics, bytes):
+            if type(metrics) is not bytes and not isinstance(metrics, bytes):
                 raise ValueError(f"item {index}: metrics must be bytes")
-            _check_context(index, context)
+            if not _is_known(context, known_contexts):
+                _check_context(index, context)
+        elif op == "get":
+            if len(item) != 4:
+                raise ValueError(f"item {index}: expected ('get', client_instance_id, context, now_ms)")
+            _check_id(index, item[1])
+            _check_context(index, item[2])
         elif op == "disconnect":
             if len(item) != 4:
                 raise ValueError(f"item {index}: expected ('disconnect', connection_id, client_instance_id, now_ms)")
@@ -177,7 +190,20 @@ def check_items(items: Sequence[Any]) -> None:
             _check_id(index, item[2])
         else:
             raise ValueError(f"item {index}: unknown op {op!r}; expected one of {', '.join(TELEMETRY_OPS)}")
-        _check_now(index, item[-1])
+        now_ms = item[-1]
+        if type(now_ms) is not int or now_ms < 0:
+            _check_now(index, now_ms)
+
+
+def _is_known(context: Any, known: Container[Any]) -> bool:
+    """``context`` equals a checked one, and its port is of a checked kind (see ``check_items``)."""
+    try:
+        if context not in known:
+            return False
+    except TypeError:  # unhashable: not a context at all, which _check_context says
+        return False
+    port = context[5]
+    return port is None or type(port) is int
 
 
 def _uuid(raw: bytes) -> Uuid:
@@ -258,7 +284,7 @@ class TelemetryHost:
     def serve(self, items: Sequence[Any]) -> list[Any]:
         """One result per item, in order (formats in the module docstring). Items are applied in order, so
         a get and then a push of one instance in one batch behave as two requests would."""
-        check_items(items)
+        check_items(items, self._contexts)
         try:
             return self._serve(items)
         finally:

@@ -351,6 +351,32 @@ def test_a_bad_item_changes_nothing_of_its_batch(fleet: Fleet, what: str, bad: t
     assert fleet.serve(batch[:2])[1] == (0, None)
 
 
+KNOWN_PORT_1 = (*CTX[:5], 1, CTX[6])
+
+
+@pytest.mark.parametrize(
+    ("what", "context"),
+    [
+        ("port True, equal to the known port 1", (*CTX[:5], True, CTX[6])),
+        ("port 1.0, equal to the known port 1", (*CTX[:5], 1.0, CTX[6])),
+        ("unhashable", (*CTX[:5], 1, ["User:alice"])),
+        ("a field short", KNOWN_PORT_1[:6]),
+        ("a list", list(KNOWN_PORT_1)),
+    ],
+)
+def test_a_push_context_equal_to_a_checked_one_is_still_checked(fleet: Fleet, what: str, context: Any) -> None:
+    """The host skips the checks of a push context it has seen, by equality: a context equal to a checked one
+    but not of its kinds is refused all the same."""
+    assert fleet.host is not None
+    raw = bytes(CLIENT)
+    sid = fleet.serve([get(raw, T0, KNOWN_PORT_1)])[0][3]
+    known = ("push", raw, sid, False, 0, b"", KNOWN_PORT_1, T0 + 1)
+    assert fleet.serve([known]) == [(0, None)]
+    assert KNOWN_PORT_1 in fleet.host._contexts
+    with pytest.raises(ValueError, match="item 1"):
+        fleet.host.serve([(*known[:7], T0 + 200), (*known[:6], context, T0 + 300)])
+
+
 def test_an_unknown_compression_type_within_int8_is_kafkas_unsupported_compression(fleet: Fleet) -> None:
     raw = bytes(CLIENT)
     sid = fleet.serve([get(raw, T0)])[0][3]
