@@ -120,6 +120,9 @@ def telemetry_labels(context: ClientTelemetryContext, payload: ClientTelemetryPa
 _MEMO_MAX = 8
 #: This module's keys in a ``labels_memo`` start with it (other exporters keep their own there)
 _MEMO_KEY = "archive"
+#: The memo keys in use, each kept once (a tuple an instance was 80 bytes of every client's memory)
+_MEMO_KEYS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_MEMO_KEYS_MAX = 1024
 
 
 def telemetry_record(context: ClientTelemetryContext, payload: ClientTelemetryPayload) -> ArchiveRecord:
@@ -138,7 +141,9 @@ def telemetry_record(context: ClientTelemetryContext, payload: ClientTelemetryPa
         labels = EncodedLabels(telemetry_labels(context, payload))  # ValueError/TypeError: the push is refused
         if len(memo) >= _MEMO_MAX:
             memo.clear()
-        memo[key] = labels
+        if len(_MEMO_KEYS) >= _MEMO_KEYS_MAX:
+            _MEMO_KEYS.clear()
+        memo[_MEMO_KEYS.setdefault(key, key)] = labels  # one key object for every instance that pushes alike
     return ArchiveRecord(context.received_ms, labels, payload.data)
 
 

@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import (
     ApiError,
@@ -49,8 +50,14 @@ from ._exporter import (
     DeferredClientTelemetryPayload,
     RequestContext,
 )
-from ._instance import ClientInstanceCache, ClientMetricsInstance, ClientMetricsInstanceMetadata, Removal
-from ._otlp import add_resource_attributes, decode_metrics_data, prepare_resource_attributes
+from ._instance import (
+    ESTIMATED_LABELS_BYTES,
+    ClientInstanceCache,
+    ClientMetricsInstance,
+    ClientMetricsInstanceMetadata,
+    Removal,
+)
+from ._otlp import PreparedAttributes, add_resource_attributes, decode_metrics_data, prepare_resource_attributes
 from ._requests import (
     GetTelemetrySubscriptionsRequest,
     GetTelemetrySubscriptionsResponse,
@@ -67,6 +74,12 @@ log = logging.getLogger(__name__)
 DEFAULT_CACHE_EXPIRY_MS = 60 * 1000
 #: The answer to every accepted push (immutable, so one object serves them all).
 _ACCEPTED = PushTelemetryResponse()
+
+
+def _merge_labels(attributes: dict[str, str], prepared: PreparedAttributes, metrics_data: Any) -> None:
+    """``add_resource_attributes`` with the instance's prepared attributes (kept per instance as a positional
+    partial of this: no dict of keywords an instance)."""
+    add_resource_attributes(metrics_data, attributes, prepared=prepared)
 
 
 @functools.cache
@@ -339,11 +352,7 @@ class ClientMetricsManager:
         metrics_data = decode_metrics_data(data)
         labels = instance.resource_labels
         if labels is None:  # the instance's attributes never change: built and encoded once, on its first push
-            attributes = self._resource_attributes(instance)
-            merge = functools.partial(
-                add_resource_attributes, attributes=attributes, prepared=prepare_resource_attributes(attributes)
-            )
-            labels = instance.resource_labels = (attributes, merge, {})
+            labels = self._labels(instance)
         attributes, merge, memo = labels
         # the labels are merged into metrics_data when an exporter first reads it (the archive never does)
         return DeferredClientTelemetryPayload(
@@ -358,6 +367,19 @@ class ClientMetricsManager:
             merge,
             memo,
         )
+
+    def _labels(self, instance: ClientMetricsInstance) -> tuple[dict[str, str], Callable[[Any], None], dict]:
+        """The instance's resource attributes, their merge into a decoded push and the exporters' memo, kept on
+        the instance (``resource_labels``) and counted in the cache's memory budget."""
+        attributes = self._resource_attributes(instance)
+        merge = functools.partial(_merge_labels, attributes, prepare_resource_attributes(attributes))
+        labels = instance.resource_labels = (attributes, merge, {})
+        evicted = self.instances.add_labels_bytes(
+            instance, ESTIMATED_LABELS_BYTES + 2 * sum(map(len, attributes.values()))
+        )
+        if evicted:
+            log.debug("Client metrics cache over its memory budget: evicted %d instances", len(evicted))
+        return labels
 
     def _resource_attributes(self, instance: ClientMetricsInstance) -> dict[str, str]:
         md = instance.instance_metadata

@@ -31,7 +31,7 @@ from quotaplane.telemetry import (
     compress,
     decode_metrics_data,
 )
-from quotaplane.telemetry._instance import ESTIMATED_INSTANCE_BYTES, Removal
+from quotaplane.telemetry._instance import ESTIMATED_INSTANCE_BYTES, ESTIMATED_LABELS_BYTES, Removal
 
 from .conftest import (
     CLIENT_ADDRESS,
@@ -869,14 +869,21 @@ def test_disconnect_follows_the_client_to_its_new_connection(manager: ClientMetr
 
 
 def test_memory_budget_evicts_the_least_recently_used(make_manager, otlp_payload: bytes) -> None:
-    # Connection ids of one length, so every instance costs the same.
+    # Connection ids of one length, so every instance costs the same; a push adds its labels (one size for all).
     per_instance = ESTIMATED_INSTANCE_BYTES + len("conn-1") + len(CLIENT_ID) + len(CLIENT_ADDRESS)
-    manager = make_manager(memory_budget_bytes=3 * per_instance)
+    probe = make_manager()
+    first = get_subscriptions(probe, START_MS, context=request_context("conn-9"))
+    push(probe, first.client_instance_id, first.subscription_id, START_MS + 1, metrics=otlp_payload)
+    labels = probe.client_instance(first.client_instance_id).labels_bytes
+    assert labels > ESTIMATED_LABELS_BYTES and probe.instances.bytes_used == per_instance + labels
+    manager = make_manager(memory_budget_bytes=3 * per_instance + labels)
     a, b, c = (get_subscriptions(manager, START_MS + i, context=request_context(f"conn-{i + 1}")) for i in range(3))
     assert manager.instances.bytes_used == 3 * per_instance
     # a is used again (its push right after its get), so b is now the least recently used.
     touched = push(manager, a.client_instance_id, a.subscription_id, START_MS + 3, metrics=otlp_payload)
     assert touched.error_code == Errors.NONE
+    assert manager.client_instance(a.client_instance_id).labels_bytes == labels  # its labels, built on its push
+    assert manager.instances.bytes_used == 3 * per_instance + labels and manager.instances.evictions == 0
 
     d = get_subscriptions(manager, START_MS + 4, context=request_context("conn-4"))
 
@@ -886,11 +893,11 @@ def test_memory_budget_evicts_the_least_recently_used(make_manager, otlp_payload
     assert manager.instances.connection_instance("conn-2") is None
     for survivor in (a, c, d):
         assert manager.client_instance(survivor.client_instance_id) is not None
-    assert manager.instances.bytes_used <= 3 * per_instance
+    assert manager.instances.bytes_used <= 3 * per_instance + labels
     assert stat(manager, "instance-count") == 3
 
-    # The evicted client loses nothing: its next push recreates it with the same subscription id
-    # (and evicts c, now the least recently used).
+    # The evicted client loses nothing: its next push recreates it with the same subscription id, which evicts
+    # c (now the least recently used), and its labels then take a's room too (a, d: a is the older).
     back = push(
         manager,
         b.client_instance_id,
@@ -900,5 +907,8 @@ def test_memory_budget_evicts_the_least_recently_used(make_manager, otlp_payload
         context=request_context("conn-2"),
     )
     assert back.error_code == Errors.NONE
-    assert manager.instances.evictions == 2
+    assert manager.instances.evictions == 3
     assert manager.client_instance(c.client_instance_id) is None
+    assert manager.client_instance(a.client_instance_id) is None
+    assert manager.client_instance(d.client_instance_id) is not None
+    assert manager.instances.bytes_used == 2 * per_instance + labels <= 3 * per_instance + labels
