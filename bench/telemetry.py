@@ -9,7 +9,9 @@ What it measures (one core, CPython, garbage collector on, best of 3 repeats)
     - ``pushes``: steady-state pushes of 10,000 live clients, one per client per push interval.
     - ``pushes_archived``: the same with the telemetry archive exporter writing to a temporary
       directory (the write and fsync run on the exporter's thread; the number counts the request
-      path); then ``archive_bytes_per_push`` = bytes on disk / pushes after ``close()``.
+      path); then ``archive_bytes_per_push`` = bytes on disk / pushes after ``close()``, and
+      ``cpu_us_per_push_archived``: the process's CPU (the request path and the archive's thread, until
+      ``close()`` has written every push) per push.
     - ``memory``: in a fresh child process, RSS growth per live instance after 1,000,000
       GetTelemetrySubscriptions from distinct clients (the default memory budget of 1 GiB holds them
       all; the budget's own estimate is reported next to the measurement).
@@ -216,10 +218,12 @@ def bench_archived(payloads: list[bytes], clients: int, rounds: int) -> dict:
         exporter = TelemetryArchiveExporter(root, queue_capacity=clients * rounds + 1)
         run = _steady_state(_manager([exporter]), payloads, clients, rounds)
         gc.collect()
+        cpu_started = time.process_time()  # every thread of the process: the archive's too
         started = time.perf_counter()
         run()
         request_path_s = time.perf_counter() - started
         exporter.close()
+        cpu_s = time.process_time() - cpu_started
         on_disk = sum(f.stat().st_size for f in Path(root).rglob("*") if f.is_file())
         pushes = clients * rounds
         return {
@@ -227,6 +231,8 @@ def bench_archived(payloads: list[bytes], clients: int, rounds: int) -> dict:
             "archived": exporter.exported,
             "dropped": exporter.dropped,
             "archive_bytes_per_push": round(on_disk / pushes, 1),
+            # the request path and the archive's thread until every push is written (close drains it)
+            "cpu_us_per_push_archived": round(cpu_s / pushes * 1e6, 1),
         }
 
 

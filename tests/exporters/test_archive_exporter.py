@@ -219,6 +219,33 @@ def test_submit_many_queues_in_order_and_drops_what_a_full_queue_cannot_hold(tmp
     assert (exporter.exported, exporter.dropped, exporter.errors) == (4, 3, 0)
 
 
+def test_the_thread_takes_pushes_by_the_batch_not_one_by_one(tmp_path: Path):
+    """Pushes linger in the queue until ``linger_records`` of them wait (or the oldest waited ``linger_ms``, or a
+    flush asks): a thread woken for every push, in a process whose request path releases the GIL, ran between
+    every two pushes."""
+    writer = ControlledWriter(tmp_path)
+    exporter = TelemetryArchiveExporter(writer=writer, linger_records=5, linger_ms=3_600_000, flush_max_ms=3_600_000)
+    for i in range(4):
+        exporter.export_metrics(*push(i))
+    assert not writer.in_append.wait(0.3), "the thread took a push before linger_records of them waited"
+    assert exporter.stats().queued == 4
+    exporter.export_metrics(*push(4))  # the fifth: all five are taken
+    wait_until(lambda: exporter.stats().queued == 0, "the batch of five to be taken")
+    exporter.export_metrics(*push(5))
+    assert exporter.flush(timeout=WAIT_S)  # a flush takes what lingers
+    exporter.close()
+    assert [r.time_ms for r in read_all(tmp_path)] == [T0 + i * 100 for i in range(6)]
+
+
+def test_a_lone_push_is_taken_after_linger_ms(tmp_path: Path):
+    writer = ControlledWriter(tmp_path)
+    exporter = TelemetryArchiveExporter(writer=writer, linger_records=1_000, linger_ms=1)
+    exporter.export_metrics(*push(0))
+    assert writer.in_append.wait(WAIT_S)
+    exporter.close()
+    assert len(read_all(tmp_path)) == 1
+
+
 def deferred(context_payload: tuple[ClientTelemetryContext, ClientTelemetryPayload], memo: dict) -> tuple:
     """The push as the manager hands it on: a deferred payload with its instance's ``labels_memo``."""
     context, p = context_payload
@@ -376,3 +403,7 @@ def test_constructor_checks(tmp_path: Path):
         TelemetryArchiveExporter(tmp_path, writer=ControlledWriter(tmp_path))
     with pytest.raises(ValueError):
         TelemetryArchiveExporter(tmp_path, queue_capacity=0)
+    with pytest.raises(ValueError, match="linger_records"):
+        TelemetryArchiveExporter(tmp_path, linger_records=0)
+    with pytest.raises(ValueError, match="linger_ms"):
+        TelemetryArchiveExporter(tmp_path, linger_ms=-1)
