@@ -242,6 +242,21 @@ def _encode_labels(labels: Mapping[str, str]) -> bytes:
     return b"".join((encode_uvarint(len(pairs)), *encoded))  # type: ignore[arg-type]
 
 
+def _read_labels(raw: bytes, pos: int) -> tuple[dict[str, str], int, int]:
+    """The labels encoded at ``pos`` (``_encode_labels``' form), the count the encoding gave (more than the
+    labels if a key repeats) and the position after them. IndexError past the end, ValueError if malformed."""
+    count, pos = _read_uvarint(raw, pos)
+    labels: dict[str, str] = {}
+    for _ in range(count):
+        n, pos = _read_uvarint(raw, pos)
+        key = raw[pos : pos + n].decode("utf-8")
+        pos += n
+        n, pos = _read_uvarint(raw, pos)
+        labels[key] = raw[pos : pos + n].decode("utf-8")
+        pos += n
+    return labels, count, pos
+
+
 class EncodedLabels(Mapping[str, str]):
     """An immutable label set held in its on-disk form: ``encode_record_fields`` writes it as it is.
 
@@ -263,17 +278,7 @@ class EncodedLabels(Mapping[str, str]):
         raise AttributeError("EncodedLabels is immutable")
 
     def _decoded(self) -> dict[str, str]:
-        raw = self.encoded
-        count, pos = _read_uvarint(raw, 0)
-        labels: dict[str, str] = {}
-        for _ in range(count):
-            n, pos = _read_uvarint(raw, pos)
-            key = raw[pos : pos + n].decode("utf-8")
-            pos += n
-            n, pos = _read_uvarint(raw, pos)
-            labels[key] = raw[pos : pos + n].decode("utf-8")
-            pos += n
-        return labels
+        return _read_labels(self.encoded, 0)[0]
 
     def __getitem__(self, key: str) -> str:
         return self._decoded()[key]
@@ -429,15 +434,7 @@ def decode_records(raw: bytes, header: BatchHeader, path: str, offset: int) -> l
             if record_end > end:
                 raise ValueError(f"record {len(records)} overruns the payload")
             delta, pos = _read_uvarint(raw, pos)
-            count, pos = _read_uvarint(raw, pos)
-            labels: dict[str, str] = {}
-            for _ in range(count):
-                n, pos = _read_uvarint(raw, pos)
-                key = raw[pos : pos + n].decode("utf-8")
-                pos += n
-                n, pos = _read_uvarint(raw, pos)
-                labels[key] = raw[pos : pos + n].decode("utf-8")
-                pos += n
+            labels, count, pos = _read_labels(raw, pos)
             if len(labels) != count:
                 raise ValueError(f"record {len(records)} repeats a label key")
             n, pos = _read_uvarint(raw, pos)

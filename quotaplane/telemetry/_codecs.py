@@ -62,6 +62,7 @@ import struct
 import threading
 import zlib
 from enum import IntEnum
+from typing import Any
 
 import lz4.frame
 import snappy
@@ -188,14 +189,20 @@ def _gzip(data: bytes, limit: int) -> bytes:
         out = decoder.decompress(data, limit + 1)
     except zlib.error as e:
         raise InvalidRecordError(f"gzip payload is corrupt: {e}") from None
-    if len(out) > limit:
-        raise _too_large(limit)
     # Under the limit, zlib consumed all the input it could: it stopped at the end of the member or
     # ran out of input.
+    return _one_frame(out, decoder, limit, "gzip")
+
+
+def _one_frame(out: bytes, decoder: Any, limit: int, codec: str) -> bytes:
+    """The output of a decoder given the whole input at once, if it is one complete frame within ``limit``:
+    else TelemetryTooLargeError, or InvalidRecordError for a truncated frame or bytes after it."""
+    if len(out) > limit:
+        raise _too_large(limit)
     if not decoder.eof:
-        raise _truncated("gzip")
+        raise _truncated(codec)
     if decoder.unused_data:
-        raise _trailing("gzip", len(decoder.unused_data))
+        raise _trailing(codec, len(decoder.unused_data))
     return out
 
 
@@ -330,14 +337,7 @@ def _zstd(data: bytes, limit: int) -> bytes:
     decoder = _zstd_decompressor().decompressobj()
     try:
         if not cuts:  # one piece, whose output is bounded by one block (a client's push, nearly always)
-            out = decoder.decompress(data)
-            if len(out) > limit:
-                raise _too_large(limit)
-            if not decoder.eof:
-                raise _truncated("zstd")
-            if decoder.unused_data:
-                raise _trailing("zstd", len(decoder.unused_data))
-            return out
+            return _one_frame(decoder.decompress(data), decoder, limit, "zstd")
         view = memoryview(data)
         chunks = []
         total = 0

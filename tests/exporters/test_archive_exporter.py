@@ -200,12 +200,19 @@ class ControlledWriter:
         self.inner.close()
 
 
-def test_submit_many_queues_in_order_and_drops_what_a_full_queue_cannot_hold(tmp_path: Path):
+def stuck_with_push_0(tmp_path: Path) -> tuple[ControlledWriter, TelemetryArchiveExporter]:
+    """An exporter with a queue of 3 whose thread holds push 0 and is stuck in the writer (until
+    ``writer.release`` is set)."""
     writer = ControlledWriter(tmp_path)
     writer.release.clear()
     exporter = TelemetryArchiveExporter(writer=writer, queue_capacity=3, flush_max_records=100)
     exporter.export_metrics(*push(0))
-    assert writer.in_append.wait(WAIT_S)  # the thread holds push 0 and is stuck in the writer
+    assert writer.in_append.wait(WAIT_S)
+    return writer, exporter
+
+
+def test_submit_many_queues_in_order_and_drops_what_a_full_queue_cannot_hold(tmp_path: Path):
+    writer, exporter = stuck_with_push_0(tmp_path)
 
     assert exporter.submit_many([push(i) for i in (1, 2)]) == 2
     assert exporter.submit_many([push(i) for i in (3, 4, 5)]) == 1  # room for one: 4 and 5 dropped
@@ -300,11 +307,7 @@ def test_a_bad_label_with_a_memo_is_refused_every_time_and_kept_out_of_it(tmp_pa
 
 
 def test_full_queue_drops_and_never_blocks(tmp_path: Path):
-    writer = ControlledWriter(tmp_path)
-    writer.release.clear()
-    exporter = TelemetryArchiveExporter(writer=writer, queue_capacity=3, flush_max_records=100)
-    exporter.export_metrics(*push(0))
-    assert writer.in_append.wait(WAIT_S)  # the thread holds push 0 and is stuck in the writer
+    writer, exporter = stuck_with_push_0(tmp_path)
 
     done = threading.Event()
 
