@@ -135,12 +135,6 @@ def _check_context(index: int, context: object) -> None:
         raise ValueError(f"item {index}: principal must be a non-empty str (e.g. {ANONYMOUS_PRINCIPAL!r})")
 
 
-def _check_now(index: int, now_ms: object) -> None:
-    # exactly int: the shard reads its callers' clock from the last element of an item with ``type() is int``
-    if type(now_ms) is not int or now_ms < 0:
-        raise ValueError(f"item {index}: now_ms must be an int >= 0, got {now_ms!r}")
-
-
 def check_items(items: Sequence[Any], known_contexts: Container[Any] = ()) -> None:
     """Every item well-formed, or ValueError naming the first bad one.
 
@@ -173,7 +167,7 @@ def check_items(items: Sequence[Any], known_contexts: Container[Any] = ()) -> No
                 compression_type, *_INT8
             ):
                 raise ValueError(f"item {index}: compression_type must be an int8, got {compression_type!r}")
-            if type(metrics) is not bytes and not isinstance(metrics, bytes):
+            if not isinstance(metrics, bytes):
                 raise ValueError(f"item {index}: metrics must be bytes")
             if not _is_known(context, known_contexts):
                 _check_context(index, context)
@@ -191,8 +185,9 @@ def check_items(items: Sequence[Any], known_contexts: Container[Any] = ()) -> No
         else:
             raise ValueError(f"item {index}: unknown op {op!r}; expected one of {', '.join(TELEMETRY_OPS)}")
         now_ms = item[-1]
+        # exactly int: the shard reads its callers' clock from the last element of an item with ``type() is int``
         if type(now_ms) is not int or now_ms < 0:
-            _check_now(index, now_ms)
+            raise ValueError(f"item {index}: now_ms must be an int >= 0, got {now_ms!r}")
 
 
 def _is_known(context: Any, known: Container[Any]) -> bool:
@@ -208,36 +203,6 @@ def _is_known(context: Any, known: Container[Any]) -> bool:
 
 def _uuid(raw: bytes) -> Uuid:
     return ZERO_UUID if not raw else Uuid(raw)
-
-
-class _DeferredArchive:
-    """The archive exporter as the manager sees it during one ``serve`` call: pushes are collected and handed
-    to the archive's queue together when the call ends.
-
-    Why: the archive's thread is woken by every push it is given, and in a shard it then takes the GIL from
-    the request path at the next release (zstd decompression releases it): one thread switch per push, which
-    cost about as much CPU as the push itself (measured with bench/frontend.py's per-component CPU). Handed
-    over after the batch, the thread wakes once per shard call and appends the whole batch. Nothing else
-    changes: ``TelemetryArchiveExporter.export_metrics`` only queues (or drops and counts) and never raises,
-    so no push's answer depended on it, and the records keep the pushes' order.
-    """
-
-    __slots__ = ("archive", "pending")
-
-    def __init__(self, archive: TelemetryArchiveExporter) -> None:
-        self.archive = archive
-        self.pending: list[tuple[Any, Any]] = []
-
-    def export_metrics(self, context: Any, payload: Any) -> None:
-        self.pending.append((context, payload))
-
-    def hand_over(self) -> None:
-        pending, self.pending = self.pending, []
-        self.archive.submit_many(pending)  # one lock and one wake-up of the archive's thread per call
-
-    def close(self) -> None:
-        self.hand_over()
-        self.archive.close()
 
 
 class TelemetryHost:
@@ -261,14 +226,13 @@ class TelemetryHost:
             node_id=NO_NODE_ID if node_id is None else node_id,
         )
         self.archive: TelemetryArchiveExporter | None = None
-        self._deferred: _DeferredArchive | None = None
         exporters: list[ClientTelemetryExporter] = []
         if data_dir is not None:
+            # its thread takes the pushes by the batch, however they are handed to it (``linger_records``)
             self.archive = TelemetryArchiveExporter(
                 Path(data_dir), stream=TELEMETRY_STREAM, writer_id=archive_writer_id(shard_id)
             )
-            self._deferred = _DeferredArchive(self.archive)
-            exporters.append(self._deferred)
+            exporters.append(self.archive)
         self.manager = ClientMetricsManager(
             config,
             exporters,
@@ -285,11 +249,7 @@ class TelemetryHost:
         """One result per item, in order (formats in the module docstring). Items are applied in order, so
         a get and then a push of one instance in one batch behave as two requests would."""
         check_items(items, self._contexts)
-        try:
-            return self._serve(items)
-        finally:
-            if self._deferred is not None:
-                self._deferred.hand_over()
+        return self._serve(items)
 
     def _context(self, context: tuple[Any, ...]) -> RequestContext:
         contexts = self._contexts

@@ -65,6 +65,26 @@ class ThrottleArchive:
 
     def record(self, now_ms: int, quota_type: str, user: str, client_id: str, throttle_ms: int) -> bool:
         """Queue one decision (the caller passes only non-zero ones); False if the rate bound dropped it."""
+        if not self._admit(now_ms):
+            return False
+        return self.exporter.submit((now_ms, quota_type, user, client_id, throttle_ms))
+
+    def record_batch(self, quota_type: str, items: Iterable[tuple[str, str, int, int]]) -> None:
+        """``record(now_ms, quota_type, user, client_id, throttle_ms)`` for each ``(user, client_id,
+        throttle_ms, now_ms)``, in order (the shard's micro-batch path): the rate bound per item, then the ones
+        it admits queued together (one lock)."""
+        admit = self._admit
+        self.exporter.submit_many(
+            [
+                (now_ms, quota_type, user, client_id, throttle_ms)
+                for user, client_id, throttle_ms, now_ms in items
+                if admit(now_ms)
+            ]
+        )
+
+    def _admit(self, now_ms: int) -> bool:
+        """One record within ``max_records_per_s`` (a token bucket over the decisions' own times), or counted
+        in ``dropped_by_rate``."""
         if self._last_ms is not None and now_ms > self._last_ms:
             elapsed_s = (now_ms - self._last_ms) / 1000
             self._tokens = min(self.max_records_per_s, self._tokens + elapsed_s * self.max_records_per_s)
@@ -74,14 +94,7 @@ class ThrottleArchive:
             self.dropped_by_rate += 1
             return False
         self._tokens -= 1.0
-        return self.exporter.submit((now_ms, quota_type, user, client_id, throttle_ms))
-
-    def record_batch(self, quota_type: str, items: Iterable[tuple[str, str, int, int]]) -> None:
-        """``record(now_ms, quota_type, user, client_id, throttle_ms)`` for each ``(user, client_id,
-        throttle_ms, now_ms)``, in order (the shard's micro-batch path)."""
-        record = self.record
-        for user, client_id, throttle_ms, now_ms in items:
-            record(now_ms, quota_type, user, client_id, throttle_ms)
+        return True
 
     def flush(self, timeout_s: float | None = None) -> bool:
         return self.exporter.flush(timeout_s)

@@ -97,20 +97,16 @@ class Sensor:
         if not self._should_record:
             return
         self.last_record_time_ms = now_ms
-        recorders = self._recorders
-        for metric, stat_record in recorders:
+        for metric, stat_record in self._recorders:
             stat_record(metric.config, value, now_ms)
         if check_quotas:
-            for metric, _ in recorders:
-                if metric.config.quota is not None:  # as check_quotas, without its call when no metric has one
-                    self.check_quotas(now_ms)
-                    break
+            self.check_quotas(now_ms)
         for parent in self.parents:
             parent.record(value, now_ms, check_quotas=check_quotas)
 
     def check_quotas(self, now_ms: int) -> None:
         """Raise ``QuotaViolationError`` if any metric of this sensor is outside its quota at ``now_ms``."""
-        for metric in self._metrics.values():
+        for metric, _ in self._recorders:
             config = metric.config
             quota = config.quota
             if quota is not None:
