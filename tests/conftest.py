@@ -39,6 +39,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_before_anything(request: pytest.FixtureRequest) -> None:
+    """Starts the session's ``spark`` before the run's first test when any collected test needs it. PySpark
+    forks the JVM's launcher from this process, and a fork while gRPC threads of an earlier test are busy
+    crashed the child (SIGSEGV, JAVA_GATEWAY_EXITED: every Spark test of a CI run failed). Before the first
+    test no gRPC has run in this process, so the fork cannot meet it, whatever the order of the tests."""
+    if any("spark" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("spark")
+
+
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """The environment of every ``quotaplane`` subprocess: no inherited Ray or admin settings (from a developer's
