@@ -66,6 +66,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from quotaplane.config import ConfigImage, ManagerBinding, decode_columns, startup_configs
+from quotaplane.gc_pause import freeze_long_lived
 from quotaplane.quota import (
     ProducerIdItem,
     ProducerIdQuotaManager,
@@ -179,6 +180,10 @@ class ShardActor(StandbyMember):
         self._checkpointer: UsageCheckpointer | None = None
         if not standby:
             self._start_checkpointer()
+        #: the objects this process made until now (imports, the replayed image, the managers): frozen, so the
+        #: full collections between decisions do not walk them (``freeze_long_lived``)
+        self.gc_frozen_objects = freeze_long_lived()
+        phases.mark("gc_freeze")
         #: where this incarnation's start went (ms): its process' start to ``__init__`` (the worker's own start,
         #: Ray's and quotaplane's imports), then each step of ``__init__`` (``info()["start_phases_ms"]``)
         self.start_phases_ms = phases.done(self._started_ms)
@@ -651,6 +656,7 @@ class ShardActor(StandbyMember):
             "leases": self.leases.stats(),
             "reshard": self.reshard.info(),
             "start_phases_ms": self.start_phases_ms,
+            "gc_frozen_objects": self.gc_frozen_objects,
             "standby": self.standby,
             "serving": self.serving,
             "takeovers": self.takeovers,

@@ -215,6 +215,12 @@ def test_d_a_killed_shard_comes_back_caught_up_and_serves(cluster: Cluster) -> N
     assert ray.get(shard.record_batch.remote("produce", items, NOW)) == core.record_batch(items, NOW)
 
 
+def test_a_started_shard_keeps_what_it_started_with_out_of_its_collections(cluster: Cluster) -> None:
+    info = ray.get(cluster.shards[0].info.remote())
+    assert info["gc_frozen_objects"] > 10_000  # its imports alone are tens of thousands of objects
+    assert "gc_freeze" in info["start_phases_ms"]
+
+
 # --- (e) a controller crash ---------------------------------------------------------------------------
 def test_e_a_killed_controller_reopens_its_log_and_keeps_streaming(cluster: Cluster) -> None:
     for i in range(5):

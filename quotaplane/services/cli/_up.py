@@ -369,6 +369,7 @@ def run_up(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from quotaplane.gc_pause import freeze_long_lived
     from quotaplane.services._security import exposure_warning
 
     def say(line: str) -> None:
@@ -437,6 +438,9 @@ def run_up(args: argparse.Namespace) -> int:
             say(f"security: {security.describe()}")
         shown = cluster.status()
         say(shown.line())
+        # the gateway, the frontend and what they imported live as long as this process: out of its full
+        # collections, which otherwise walk them between requests (``freeze_long_lived``)
+        freeze_long_lived()
         print("ready", flush=True)
         watcher = threading.Thread(
             target=cluster.watch,
