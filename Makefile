@@ -34,8 +34,11 @@ test-packages:
 	  sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $(DEBIAN_TEST_PACKAGES) >/dev/null; }
 
+# The suite on TEST_WORKERS processes (pytest-xdist), whole modules to a worker, so a module's clusters start once.
+# On the 2-core machine: 21.6 min of pytest against 26.8 in one process. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: lint test-packages
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python bench/core_quota.py

@@ -6,15 +6,13 @@ for tests that run ``quotaplane up`` as a subprocess (tests/services, tests/depl
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import FAST_START_JAVA_OPTIONS
+from tests.support import FAST_START_JAVA_OPTIONS, short_temp_dir
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +42,8 @@ def spark_before_anything(request: pytest.FixtureRequest) -> None:
     """Starts the session's ``spark`` before the run's first test when any collected test needs it. PySpark
     forks the JVM's launcher from this process, and a fork while gRPC threads of an earlier test are busy
     crashed the child (SIGSEGV, JAVA_GATEWAY_EXITED: every Spark test of a CI run failed). Before the first
-    test no gRPC has run in this process, so the fork cannot meet it, whatever the order of the tests."""
+    test no gRPC has run in this process, so the fork cannot meet it, whatever the order of the tests. Under
+    ``make test`` each xdist worker is such a process, with a session of its own."""
     if any("spark" in getattr(item, "fixturenames", ()) for item in request.session.items):
         request.getfixturevalue("spark")
 
@@ -63,8 +62,5 @@ def env(tmp_path: Path) -> dict[str, str]:
 def short_dir() -> Iterator[Path]:
     """A data-dir parent short enough that Ray's sockets fit under ``DATA_DIR/ray`` (pytest's tmp paths are too
     deep: there the launcher would fall back to a temp dir, tested in tests/services/test_up.py)."""
-    path = Path(tempfile.mkdtemp(prefix="qpu-"))
-    try:
+    with short_temp_dir("qpu-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)

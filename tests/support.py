@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,6 +41,18 @@ def environment(kept: tuple[str, ...] = (), **changes: str | None) -> Iterator[N
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextmanager
+def short_temp_dir(prefix: str) -> Iterator[Path]:
+    """A fresh directory right under the system's temp dir, removed on exit. Ray's unix sockets live ~60 bytes
+    below its ``temp_dir`` (``session_<date>_<pid>/sockets/plasma_store``) and a socket path may not pass 107
+    bytes: pytest's tmp paths are too deep for that, more so under xdist (``.../popen-gw1/...``)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextmanager

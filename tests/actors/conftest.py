@@ -1,5 +1,5 @@
-"""One real local Ray cluster shared by the modules using ``ray_cluster``, with every file it writes under pytest's
-tmp dir."""
+"""One real local Ray cluster shared by the modules using ``ray_cluster``, with every file it writes under a temp dir
+of its own (removed when it stops)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,21 @@ import pytest
 import ray
 
 from quotaplane.services.launcher._ray import forget_ray_auth_token, start_node_retrying_once
-from tests.support import SharedContext, environment, leaves_modules, run_modules_together
+from tests.support import SharedContext, environment, leaves_modules, run_modules_together, short_temp_dir
 
 T = TypeVar("T")
 
 
-def _start_ray(tmp_path_factory: pytest.TempPathFactory) -> ExitStack:
+def _start_ray() -> ExitStack:
     """``ray.init`` of a private local Ray, undone (``ray.shutdown``, the environment put back) by closing the stack.
 
     Ray 2.60 writes its session under ``/tmp/ray`` and a generated auth token to
-    ``~/.ray/auth_token`` unless told otherwise: the temp dir goes to pytest's tmp dir and the token is
+    ``~/.ray/auth_token`` unless told otherwise: the temp dir goes to a short temp dir of its own and the token is
     given in the environment (token auth stays on; workers inherit it; ``RAY_AUTH_MODE`` is read once
     at import, so it is left unset and Ray enables token mode when it finds ``RAY_AUTH_TOKEN``).
     Note: plain ``ray`` with opentelemetry-proto installed hangs in ``ray.init``; ``ray[default]`` does not."""
-    temp_dir = tmp_path_factory.mktemp("ray")
     stack = ExitStack()
+    temp_dir = stack.enter_context(short_temp_dir("qpa-"))  # Ray's socket paths: see short_temp_dir
     # RAY_AUTH_MODE unset: Ray finds the token and turns token auth on itself
     stack.enter_context(environment(RAY_TMPDIR=str(temp_dir), RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)))
     try:
@@ -70,9 +70,9 @@ def _shared_ray() -> Iterator[SharedContext[ExitStack]]:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(_shared_ray: SharedContext[ExitStack], tmp_path_factory: pytest.TempPathFactory) -> None:
+def ray_cluster(_shared_ray: SharedContext[ExitStack]) -> None:
     """A local Ray for the module, shared with the other modules of tests/actors using it (``SharedContext``)."""
-    _shared_ray.get(lambda: _start_ray(tmp_path_factory))
+    _shared_ray.get(_start_ray)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

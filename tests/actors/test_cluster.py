@@ -39,6 +39,7 @@ from quotaplane.quota import (
     ProducerIdQuotaManagerConfig,
     QuotaType,
 )
+from tests.support import short_temp_dir
 
 from .conftest import wait_for
 
@@ -377,17 +378,16 @@ with tempfile.TemporaryDirectory() as tmp:
 """
 
 
-def test_a_shard_given_its_controller_by_name_has_nothing_in_the_object_store(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_a_shard_given_its_controller_by_name_has_nothing_in_the_object_store() -> None:
     """Ray keeps an actor handle given to a constructor in its object store and logs that a restart of a
     ``max_restarts`` actor fails once it is lost (ray-project/ray#53727). By name, the shard needs nothing
     there. The handle form is the control: the same check sees the error. A fresh driver process, since
     Ray logs the error once per driver."""
-    env = {**os.environ, "RAY_TMPDIR": str(tmp_path_factory.mktemp("r"))}  # short: Ray's socket paths
-    done = subprocess.run(
-        [sys.executable, "-c", _BY_NAME_SCRIPT], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    with short_temp_dir("qpc-") as temp_dir:
+        env = {**os.environ, "RAY_TMPDIR": str(temp_dir)}
+        done = subprocess.run(
+            [sys.executable, "-c", _BY_NAME_SCRIPT], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
     assert done.returncode == 0, done.stderr[-2000:]
     _, after_controller = done.stderr.split("controller up\n", 1)
     by_name, by_handle = after_controller.split("by name up\n", 1)

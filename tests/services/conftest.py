@@ -151,16 +151,21 @@ def session_cluster(
 ) -> Iterator[Cluster]:
     """The cluster shared by the modules that opt in: each overrides ``cluster`` to return this one.
 
-    Every client quota a module adds is removed when it ends, so the next module finds the quotas it would find
-    on a fresh cluster: none. A module may share only if it puts back any broker or topic config it changes
-    (a fixture of its own), kills nothing of the cluster's, changes no shard count, and asserts nothing that needs
-    a fresh cluster beyond that (an offset, a page another module's users could change); its users are its own."""
+    Every client quota a module adds is removed when it ends, and the removal applied by the shards and the
+    gateway, so the next module finds the quotas it would find on a fresh cluster: none. A module may share only
+    if it puts back any broker or topic config it changes (a fixture of its own), kills nothing of the cluster's,
+    changes no shard count, and asserts nothing that needs a fresh cluster beyond that (an offset, a page another
+    module's users could change); its users are its own."""
     cluster = _shared_cluster_owner.get(lambda: launched(tmp_path_factory, "shared"))
     with grpc.insecure_channel(cluster.admin_address) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         before = client_quotas(stub)
         yield cluster
         remove_client_quotas(stub, [key for key in client_quotas(stub) if key not in before])
+        # and applied everywhere before the next module's first call: a loaded machine (two test workers) let a
+        # module ask the gateway while the previous module's removals were still on their way to it
+        cluster.wait_caught_up(timeout_s=60)
+        wait_propagated(cluster, cluster.gateway, timeout_s=60)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,7 +14,7 @@ import ray
 
 from quotaplane.services.launcher import Cluster, launch
 from quotaplane.v1 import admin_pb2_grpc
-from tests.support import ray_nodes
+from tests.support import ray_nodes, short_temp_dir
 
 from .test_reshard import reshard_2_4_3_under_load
 
@@ -23,8 +23,12 @@ CONTROLLER_RESOURCE = "quotaplane_controller"
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    root = Path(tmp_path_factory.mktemp("raylets"))
+def nodes() -> Iterator[object]:
+    with short_temp_dir("qpn-") as root:
+        yield from _nodes(root)
+
+
+def _nodes(root: Path) -> Iterator[object]:
     (root / "ray").mkdir()
     head = {
         "num_cpus": 2,

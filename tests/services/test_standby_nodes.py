@@ -24,7 +24,7 @@ from quotaplane.services.launcher import NODE_FAILURE_DETECTION, Cluster, launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
-from tests.support import ray_nodes
+from tests.support import ray_nodes, short_temp_dir
 
 from .conftest import entity
 
@@ -39,8 +39,12 @@ def _add_shard_node(raylets: object) -> object:
 
 
 @pytest.fixture
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    root = tmp_path_factory.mktemp("sb")  # short: Ray's unix sockets live under it (108-byte limit)
+def nodes() -> Iterator[object]:
+    with short_temp_dir("qps-") as root:
+        yield from _nodes(root)
+
+
+def _nodes(root: Path) -> Iterator[object]:
     (root / "ray").mkdir()
     head = {
         "num_cpus": 2,
