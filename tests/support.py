@@ -56,10 +56,11 @@ def short_temp_dir(prefix: str) -> Iterator[Path]:
 
 
 @contextmanager
-def ray_nodes(root: Path, head: Mapping[str, Any], workers: Sequence[Mapping[str, Any]] = ()) -> Iterator[Any]:
-    """A ``ray.cluster_utils.Cluster`` of raylets on this host: a head with ``head`` (its ``temp_dir`` under
-    ``root``, which becomes ``RAY_TMPDIR``: Ray writes ``ray_current_cluster`` there) and one worker raylet per
-    entry of ``workers``; shut down and the environment put back on leaving. This process is not connected to it.
+def ray_nodes(head: Mapping[str, Any], workers: Sequence[Mapping[str, Any]] = ()) -> Iterator[Any]:
+    """A ``ray.cluster_utils.Cluster`` of raylets on this host: a head with ``head`` (its ``temp_dir`` under a
+    ``short_temp_dir`` of its own, which becomes ``RAY_TMPDIR``: Ray writes ``ray_current_cluster`` there) and one
+    worker raylet per entry of ``workers``; shut down, the directory removed and the environment put back on
+    leaving. This process is not connected to it.
 
     Started once more, as the launcher's private Ray is, when a node did not come up within Ray's 30 s
     (``start_node_retrying_once``): a flake of a loaded 2-core machine that otherwise fails a whole module."""
@@ -73,7 +74,7 @@ def ray_nodes(root: Path, head: Mapping[str, Any], workers: Sequence[Mapping[str
         for cluster in started:  # the first attempt's raylets, if it got that far
             cluster.shutdown()
         started.clear()
-        cluster = Cluster(initialize_head=True, head_node_args=dict(head), connect=False)
+        cluster = Cluster(initialize_head=True, head_node_args={**head, "temp_dir": str(root / "ray")}, connect=False)
         started.append(cluster)
         for args in workers:
             cluster.add_node(**args)
@@ -84,7 +85,8 @@ def ray_nodes(root: Path, head: Mapping[str, Any], workers: Sequence[Mapping[str
     # ends the process
     refresh_ray_config()
     forget_ray_auth_token()
-    with environment(RAY_TMPDIR=str(root)):
+    with short_temp_dir("qpn-") as root, environment(RAY_TMPDIR=str(root)):
+        (root / "ray").mkdir()
         try:
             start_node_retrying_once(start, root)
             yield started[0]

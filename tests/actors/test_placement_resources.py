@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from quotaplane.actors import start_controller, start_shard
+from tests.support import short_temp_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARD = "quotaplane_shard"
@@ -30,10 +29,9 @@ SHARD = "quotaplane_shard"
 @pytest.fixture(scope="module")
 def placement() -> dict[str, Any]:
     """tests/actors/placement_probe.py's answer (its own process: see its docstring)."""
-    root = Path(tempfile.mkdtemp(prefix="qpr-"))  # short: Ray's unix socket paths have a length limit
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-    env |= {"RAY_TMPDIR": str(root), "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    try:
+    with short_temp_dir("qpr-") as root:
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+        env |= {"RAY_TMPDIR": str(root), "RAY_AUTH_TOKEN": secrets.token_hex(32)}
         done = subprocess.run(
             [sys.executable, "-m", "tests.actors.placement_probe", str(root)],
             cwd=ROOT,
@@ -44,8 +42,6 @@ def placement() -> dict[str, Any]:
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_controller_runs_and_restarts_only_where_its_resource_is_offered(placement: dict[str, Any]) -> None:

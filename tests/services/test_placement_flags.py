@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,19 +88,9 @@ def test_a_private_ray_offers_the_requested_resources_and_the_actors_take_them(t
 def ray_cluster_address() -> Iterator[str]:
     """A one-node Ray cluster (``ray.cluster_utils``) offering ``quotaplane_shard`` but no
     ``quotaplane_controller``; this process is not connected to it (``launch`` joins it)."""
-    root = Path(tempfile.mkdtemp(prefix="qpf-"))  # short: Ray's unix socket paths have a length limit
-    (root / "ray").mkdir()
-    head = {
-        "num_cpus": 1,
-        "resources": {"quotaplane_shard": 10},
-        "temp_dir": str(root / "ray"),
-        "include_dashboard": False,
-    }
-    try:
-        with environment(RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)), ray_nodes(root, head) as cluster:
-            yield cluster.address
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    head = {"num_cpus": 1, "resources": {"quotaplane_shard": 10}, "include_dashboard": False}
+    with environment(RAY_AUTH_MODE=None, RAY_AUTH_TOKEN=secrets.token_hex(32)), ray_nodes(head) as cluster:
+        yield cluster.address
 
 
 def test_joining_a_cluster_without_the_resource_fails_fast_in_one_line(ray_cluster_address: str, tmp_path: Path):

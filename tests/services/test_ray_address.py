@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,16 +27,15 @@ from quotaplane.meta_properties import read_cluster_id, write_cluster_id
 from quotaplane.services.launcher import LaunchError, launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc
-from tests.support import environment, free_port
+from tests.support import environment, free_port, short_temp_dir
 
 from .conftest import entity
 
 
 @pytest.fixture
 def ray_head() -> Iterator[str]:
-    temp_dir = Path(tempfile.mkdtemp(prefix="qp-head-"))  # short: Ray's unix socket paths have a length limit
     # the head runs with token auth on; RAY_TMPDIR is the head's own (below), restored in case it moves
-    with environment(("RAY_TMPDIR",), RAY_AUTH_TOKEN=secrets.token_hex(32)):
+    with short_temp_dir("qp-head-") as temp_dir, environment(("RAY_TMPDIR",), RAY_AUTH_TOKEN=secrets.token_hex(32)):
         port = free_port()
         ray_cli = Path(sys.executable).with_name("ray")
         head = subprocess.Popen(
@@ -75,7 +72,6 @@ def ray_head() -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 os.killpg(head.pid, signal.SIGKILL)
                 head.wait()
-            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _alter(admin_address: str) -> None:

@@ -14,7 +14,7 @@ import ray
 
 from quotaplane.services.launcher import Cluster, launch
 from quotaplane.v1 import admin_pb2_grpc
-from tests.support import ray_nodes, short_temp_dir
+from tests.support import ray_nodes
 
 from .test_reshard import reshard_2_4_3_under_load
 
@@ -24,19 +24,12 @@ CONTROLLER_RESOURCE = "quotaplane_controller"
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[object]:
-    with short_temp_dir("qpn-") as root:
-        yield from _nodes(root)
-
-
-def _nodes(root: Path) -> Iterator[object]:
-    (root / "ray").mkdir()
     head = {
         "num_cpus": 2,
         "resources": {CONTROLLER_RESOURCE: 1},
-        "temp_dir": str(root / "ray"),
         "include_dashboard": False,
     }
-    with ray_nodes(root, head, [{"num_cpus": 0, "resources": {SHARD_RESOURCE: 100}}] * 2) as raylets:
+    with ray_nodes(head, [{"num_cpus": 0, "resources": {SHARD_RESOURCE: 100}}] * 2) as raylets:
         yield raylets
 
 

@@ -24,7 +24,7 @@ from quotaplane.services.launcher import NODE_FAILURE_DETECTION, Cluster, launch
 from quotaplane.v1 import admin_pb2 as admin_pb
 from quotaplane.v1 import admin_pb2_grpc, quota_pb2_grpc
 from quotaplane.v1 import quota_pb2 as pb
-from tests.support import ray_nodes, short_temp_dir
+from tests.support import ray_nodes
 
 from .conftest import entity
 
@@ -40,20 +40,13 @@ def _add_shard_node(raylets: object) -> object:
 
 @pytest.fixture
 def nodes() -> Iterator[object]:
-    with short_temp_dir("qps-") as root:
-        yield from _nodes(root)
-
-
-def _nodes(root: Path) -> Iterator[object]:
-    (root / "ray").mkdir()
     head = {
         "num_cpus": 2,
         "resources": {CONTROLLER_RESOURCE: 1},
-        "temp_dir": str(root / "ray"),
         "include_dashboard": False,
         "_system_config": dict(NODE_FAILURE_DETECTION),
     }
-    with ray_nodes(root, head, [{"num_cpus": 0, "resources": {SHARD_RESOURCE: 100}}] * 2) as raylets:
+    with ray_nodes(head, [{"num_cpus": 0, "resources": {SHARD_RESOURCE: 100}}] * 2) as raylets:
         yield raylets
 
 
