@@ -46,8 +46,10 @@ __all__ = [
     "KIND_CLIENT_METRICS",
     "KIND_CLIENT_QUOTA",
     "KIND_CONFIG",
+    "check_records",
     "decode_columns",
     "encode_events",
+    "encoded_size_bound",
     "entity_id",
     "entity_of",
     "events_of",
@@ -101,6 +103,32 @@ def entity_of(entity_id_: str) -> EntityKey:
     if not key or not canonical or entity_id(key) != entity_id_:
         raise ValueError(f"not a canonical client-quota entity id: {entity_id_!r}")
     return key
+
+
+#: ``encoded_size_bound``'s factor and per-event slack. ``encode_events`` writes an event's strings as the event
+#: holds them, except a client quota's entity, written as its JSON id: ``json.dumps`` escapes one byte of a name
+#: into at most six (``\u0000``; a non-ASCII character's UTF-8 bytes into 6 or 12), and each pair's brackets,
+#: quotes, comma and ``null`` (10 bytes for ``["",null],``) are fewer than six times the 2 bytes of tag and
+#: length the pair takes at least in the event. A column value the event leaves out when it is zero or empty (the
+#: time, the quota value, the remove flag, the kind, an empty principal's tag and length) and the per-call tags
+#: and lengths of the columns are the slack.
+_SIZE_FACTOR: Final = 6
+_SIZE_SLACK: Final = 128
+
+
+def encoded_size_bound(events: Sequence[pb.Event]) -> int:
+    """An upper bound of ``len(encode_events(events))`` from the events' own serialized sizes (``ByteSize``,
+    cheaper than encoding): what the event log checks an append against before it encodes the append with the
+    rest of its round."""
+    return sum(_SIZE_FACTOR * event.ByteSize() + _SIZE_SLACK for event in events)
+
+
+def check_records(events: Sequence[pb.Event]) -> None:
+    """ValueError unless every event carries a record, as ``encode_events`` raises it: the one thing about an
+    event that encoding it can refuse."""
+    for event in events:
+        if event.WhichOneof("record") is None:
+            raise ValueError("an event must carry a record (client_quota, client_metrics or config)")
 
 
 def encode_events(events: Sequence[pb.Event], offsets: Iterable[int] | None = None) -> bytes:

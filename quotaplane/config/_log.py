@@ -9,7 +9,10 @@ files ``%020d.log`` (named by the base offset of their first frame), each a conc
 Concurrent appends share one frame, one write and one fsync (group commit): the first waiter to
 find no write in progress becomes the leader, takes every pending append (in arrival order, each
 caller's events contiguous), writes one frame, fsyncs, wakes the waiters of that round and hands
-the lead to the first waiter still queued; appends arriving meanwhile queue for the next round.
+the lead to the first waiter still queued; appends arriving meanwhile queue for the next round. The
+leader also encodes the round's appends that wait as copies of their events (all but those too large
+for a frame by their size bound, encoded and checked at ``submit``): one ``encode_events`` call for
+the round's events instead of one per append.
 Each waiter sleeps on its own lock, so a round wakes only its own waiters and the next leader, not
 every queued thread. If a write or fsync fails, nothing of that round is acknowledged and the log
 refuses every later append (``EventLogFailedError``): after a failed fsync Linux may drop the dirty
@@ -67,7 +70,7 @@ import zstandard
 from quotaplane.durable import fsync_directory, write_all
 from quotaplane.v1 import config_events_pb2 as pb
 
-from ._columns import encode_events, events_of, slice_columns
+from ._columns import events_of, slice_columns
 from ._framing import FrameError, FrameHeader, decode_event_batch, encode_frame, parse_frame
 from ._log_errors import (
     CorruptLogError,
@@ -77,6 +80,7 @@ from ._log_errors import (
     EventLogLockedError,
     OffsetOutOfRangeError,
 )
+from ._pending import PendingAppend, round_payload, wake
 from ._recovery_point import RecoveryPoint, read_checkpoint, write_checkpoint
 from ._segments import Segment, SegmentView, recover, segment_name
 
@@ -134,63 +138,6 @@ class LogIO:
 
 #: The writer's file-system calls (``LogIO``), looked up at each call so that a test can swap it.
 _io = LogIO()
-
-
-class PendingAppend:
-    """An append queued for group commit (``EventLog.submit``): offsets at once, durability at ``wait``.
-
-    ``first_offset`` / ``last_offset`` are the offsets the events will have; nothing is acknowledged
-    until ``wait`` returns. A pending append is written by the next round any waiter of the log leads.
-    """
-
-    __slots__ = (
-        "_log",
-        "_sleepers",
-        "count",
-        "done",
-        "error",
-        "first_offset",
-        "last_offset",
-        "max_time",
-        "payload",
-    )
-
-    def __init__(self, log: EventLog, payload: bytes, count: int, max_time: int) -> None:
-        self._log = log
-        self.payload = payload
-        self.count = count
-        self.max_time = max_time
-        self.first_offset = -1
-        self.last_offset = -1
-        self.error: BaseException | None = None
-        self.done = False  # written and fsynced, or failed (``error``)
-        # one held lock per thread sleeping in ``wait``, released to wake it (under the log's lock)
-        self._sleepers: list[_thread.LockType] = []
-
-    def wait(self) -> int:
-        """Block until the events are written and fsynced; the last offset. Raises the round's error
-        (``EventLogFailedError``, ``EventLogClosedError``)."""
-        if not self.done:
-            self._log._wait(self)
-        if self.error is not None:
-            raise self.error
-        return self.last_offset
-
-    @property
-    def durable(self) -> bool:
-        """True once ``wait`` would return without blocking or raising."""
-        return self.done and self.error is None
-
-    def __repr__(self) -> str:
-        state = "failed" if self.error is not None else "durable" if self.done else "pending"
-        return f"PendingAppend([{self.first_offset}, {self.last_offset}], {state})"
-
-
-def _wake(request: PendingAppend) -> None:
-    """Wake the threads sleeping on ``request`` (the log's lock held)."""
-    for sleeper in request._sleepers:
-        sleeper.release()
-    request._sleepers.clear()
 
 
 # --- the log -------------------------------------------------------------------------------------------
@@ -357,20 +304,11 @@ class EventLog:
         Raises as ``append`` does for bad events and for a log that takes no appends; a write that
         fails later is raised by ``wait``.
         """
-        if not all(isinstance(event, pb.Event) for event in events):
-            raise TypeError("append() takes a sequence of quotaplane.v1.Event messages")
-        count = len(events)
-        if count == 0:
-            raise ValueError("append() needs at least one event")
-        # EventColumns payloads of concurrent appends concatenate into one batch: every field is repeated
-        payload = encode_events(events)
-        if len(payload) > MAX_FRAME_BYTES:
-            raise ValueError(f"append of {len(payload)} serialized bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
-        request = PendingAppend(self, payload, count, max(e.commit_time_ms for e in events))
+        request = PendingAppend.prepare(self, events, MAX_FRAME_BYTES)
         with self._cond:
             self._check_writable()
             request.first_offset = self._next_offset
-            self._next_offset += count
+            self._next_offset += request.count
             request.last_offset = self._next_offset - 1
             self._queue.append(request)
         return request
@@ -421,15 +359,15 @@ class EventLog:
                     else EventLogClosedError(f"{self._directory}: the event log is closed")
                 )
                 request.done = True
-                _wake(request)
+                wake(request)
             self._queue.clear()
             return []
         size = 0
         n = 0
         for request in self._queue:
-            if n and size + len(request.payload) > MAX_FRAME_BYTES:
+            if n and size + request.size > MAX_FRAME_BYTES:
                 break
-            size += len(request.payload)
+            size += request.size
             n += 1
         round_ = self._queue[:n]
         del self._queue[:n]
@@ -450,7 +388,7 @@ class EventLog:
         written: tuple[Segment, int, int] | None = None
         try:
             frame = encode_frame(
-                b"".join(r.payload for r in round_),
+                round_payload(round_),
                 base_offset=base,
                 record_count=count,
                 max_commit_time_ms=max_time,
@@ -484,10 +422,10 @@ class EventLog:
                 if written is None:
                     request.error = self._failed_error()
                 request.done = True
-                _wake(request)
+                wake(request)
             for request in self._queue:
                 if request._sleepers:
-                    _wake(request)  # the next leader
+                    wake(request)  # the next leader
                     break
             self._cond.notify_all()  # a close() waiting for this round
         if failure is not None and not isinstance(failure, Exception):
@@ -751,7 +689,7 @@ class EventLog:
             for request in self._queue:
                 request.error = EventLogClosedError(f"{self._directory}: the event log was closed")
                 request.done = True
-                _wake(request)
+                wake(request)
             self._queue.clear()
             try:
                 if not self._read_only and self._failure is None and self._lock_fd is not None:

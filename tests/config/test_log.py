@@ -24,6 +24,7 @@ from quotaplane.config import (
     OffsetOutOfRangeError,
     _log,
 )
+from quotaplane.config._columns import encoded_size_bound
 from quotaplane.config.logformat import encode_events, events_of, iter_frames, parse_segment_name, segment_name
 from quotaplane.v1 import config_events_pb2 as pb
 
@@ -386,12 +387,19 @@ def test_a_failed_fsync_fails_its_round_and_the_log(tmp_path: Path, monkeypatch:
         assert log.append([event(2)]) == 2
 
 
-def test_a_round_takes_at_most_max_frame_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    one = len(encode_events([event(10)]))
+@pytest.mark.parametrize("encoded", ["at_submit", "by_the_round"])
+def test_a_round_takes_at_most_max_frame_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoded: str):
+    """Appends encoded at ``submit`` (their size bound passes the frame) are cut into rounds by their bytes, appends
+    waiting for their round to encode them by their size bound: either way no frame holds more than fits."""
+    if encoded == "at_submit":
+        one = len(encode_events([event(10)]))
+    else:
+        one = max(encoded_size_bound([event(i)]) for i in range(10, 100))
     monkeypatch.setattr(_log, "MAX_FRAME_BYTES", 2 * one)
     with EventLog.open(tmp_path) as log:
-        with pytest.raises(ValueError, match="exceeds MAX_FRAME_BYTES"):
-            log.append(events(3, start=10))
+        if encoded == "at_submit":
+            with pytest.raises(ValueError, match="exceeds MAX_FRAME_BYTES"):
+                log.append(events(3, start=10))
         barrier = threading.Barrier(8)
 
         def worker(t: int) -> None:

@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from quotaplane.config import EventLog, EventLogClosedError, EventLogFailedError
+from quotaplane.config import EventLog, EventLogClosedError, EventLogFailedError, _log
+from quotaplane.config._columns import encode_events, encoded_size_bound
 from quotaplane.config.logformat import iter_frames
 from quotaplane.v1 import config_events_pb2 as pb
 
@@ -121,3 +124,73 @@ def test_pipelined_threads_keep_order_and_share_frames(tmp_path: Path):
         for acks in acknowledged.values():
             for o, sent in acks:
                 assert on_disk[o] == sent
+
+
+# --- appends encoded by their round ------------------------------------------------------------------------------
+def test_an_append_is_written_as_it_was_when_submitted(tmp_path: Path):
+    """``submit`` keeps copies for the round to encode: what the caller changes afterwards is not what is written."""
+    submitted = event(0)
+    expected = pb.Event()
+    expected.CopyFrom(submitted)
+    with EventLog.open(tmp_path) as log:
+        pending = log.submit([submitted])
+        submitted.client_quota.value = 1.0
+        submitted.principal = "User:mallory"
+        assert pending.wait() == 0
+        assert [e for _, e in log.read()] == [expected]
+
+
+def test_appends_encoded_at_submit_and_by_their_round_share_a_frame_in_order(tmp_path: Path, monkeypatch):
+    """An append whose size bound passes a frame is encoded at ``submit`` (and refused there if it really does
+    not fit); the small ones around it wait for their round. One round writes them all, in submission order."""
+    small = encoded_size_bound([event(1)])
+    monkeypatch.setattr(_log, "MAX_FRAME_BYTES", 4 * small)
+    big = event(2)
+    big.request_id = "r" * small  # its bound passes the frame, its bytes fit
+    assert encoded_size_bound([big]) > 4 * small >= len(encode_events([big])) + 2 * small
+    with EventLog.open(tmp_path) as log:
+        first = log.submit([event(1)])
+        middle = log.submit([big])
+        last = log.submit([event(3)])
+        assert (first.payload, middle.events, last.payload) == (None, None, None)  # which path each took
+        assert last.wait() == 2 and first.durable and middle.durable
+        assert frame_counts(log) == [3]
+        assert [e for _, e in log.read()] == [event(1), big, event(3)]
+        huge = event(4)
+        huge.request_id = "r" * (4 * small)
+        with pytest.raises(ValueError, match="exceeds MAX_FRAME_BYTES"):
+            log.submit([huge])
+        assert log.end_offset == 3
+
+
+_ANY_TEXT = st.text(max_size=40)  # control characters, quotes and astral-plane characters included
+
+
+@st.composite
+def _any_event(draw: st.DrawFn) -> pb.Event:
+    """Events with any strings and numbers the messages take, zeros included (left out of the event's bytes)."""
+    event_ = pb.Event(
+        commit_time_ms=draw(st.integers(0, 2**63 - 1)), principal=draw(_ANY_TEXT), request_id=draw(_ANY_TEXT)
+    )
+    kind = draw(st.sampled_from(["client_quota", "client_metrics", "config"]))
+    if kind == "client_quota":
+        record = event_.client_quota
+        for entity_type, name in draw(st.lists(st.tuples(_ANY_TEXT, st.none() | _ANY_TEXT), max_size=3)):
+            pair = record.entity.add(entity_type=entity_type)
+            if name is not None:
+                pair.entity_name = name
+        record.key = draw(_ANY_TEXT)
+        record.value = draw(st.floats(allow_nan=False) | st.just(0.0))
+        record.remove = draw(st.booleans())
+    elif kind == "client_metrics":
+        event_.client_metrics.name = draw(_ANY_TEXT)
+        event_.client_metrics.delete = draw(st.booleans())
+    else:
+        event_.config.resource_name = draw(_ANY_TEXT)
+        event_.config.name = draw(_ANY_TEXT)
+    return event_
+
+
+@given(st.lists(_any_event(), min_size=1, max_size=5))
+def test_the_size_bound_is_never_below_the_encoding(events_: list[pb.Event]):
+    assert encoded_size_bound(events_) >= len(encode_events(events_))
