@@ -422,6 +422,7 @@ class EventLog:
                 if written is None:
                     request.error = self._failed_error()
                 request.done = True
+                request.payload = request.events = None  # written or failed: a caller keeping the handle keeps no copy
                 wake(request)
             for request in self._queue:
                 if request._sleepers:

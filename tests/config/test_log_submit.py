@@ -154,6 +154,7 @@ def test_appends_encoded_at_submit_and_by_their_round_share_a_frame_in_order(tmp
         last = log.submit([event(3)])
         assert (first.payload, middle.events, last.payload) == (None, None, None)  # which path each took
         assert last.wait() == 2 and first.durable and middle.durable
+        assert (first.events, middle.payload) == (None, None)  # the round let its copies and bytes go
         assert frame_counts(log) == [3]
         assert [e for _, e in log.read()] == [event(1), big, event(3)]
         huge = event(4)
