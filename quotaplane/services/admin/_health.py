@@ -11,7 +11,8 @@ even when nobody writes, and a load balancer asking for health must not cost a c
 Only the AdminService's own status changes: the server's (``""``) stays SERVING, since the process is alive
 and a liveness probe restarting it would not mend the log. A backend that cannot be asked (the controller
 unreachable or restarting) leaves the status as it is: that is UNAVAILABLE on each call already, and a
-restart must not flap the health of every admin server of the fleet. The thread ends with the server.
+restart must not flap the health of every admin server of the fleet. The thread ends with the server, or
+quietly when asking raises SystemExit (what Ray's ``get`` raises in a driver that is shutting down).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def watch_log_health(
             except Exception as e:  # unreachable: keep the last status (see the module docstring)
                 log.debug("cannot ask the config log's health: %s", e)
                 continue
+            except SystemExit:  # Ray's get in a driver shutting down under a server not yet stopped: stop watching
+                log.debug("the config log's health is no longer watched: Ray is shutting down")
+                return
             if (error is None) == (failed is None):
                 continue
             if error is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -127,5 +128,34 @@ def test_the_controllers_report_drives_health_and_an_unreachable_controller_chan
             time.sleep(5 * _POLL_S)
             assert _status(channel, SERVICE_NAME) == SERVING  # kept: a restarting controller does not flap it
     finally:
+        server.stop(None).wait()
+        store.close()
+
+
+def test_a_ray_shutting_down_under_the_server_ends_the_watch_quietly(tmp_path: Path) -> None:
+    """Ray's ``get`` raises SystemExit in a driver that shuts down while an admin server still runs: the watch
+    ends there (nothing is left to ask) without an unhandled exception in its thread, and the status stays."""
+    store = ConfigStore.open(tmp_path, fsync=False)
+    controller = _Controller(store)
+    unhandled: list[threading.ExceptHookArgs] = []
+    previous_hook = threading.excepthook
+    threading.excepthook = unhandled.append
+    asked: list[float] = []
+
+    def shutting_down() -> dict[str, Any]:
+        asked.append(time.monotonic())
+        raise SystemExit(0)
+
+    server, port = serve(controller, health_poll_s=_POLL_S)  # type: ignore[arg-type]
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert _status(channel, SERVICE_NAME) == SERVING
+            controller.report = shutting_down
+            time.sleep(10 * _POLL_S)
+            assert len(asked) == 1  # asked once, then the thread stopped asking
+            assert unhandled == []
+            assert _status(channel, SERVICE_NAME) == SERVING
+    finally:
+        threading.excepthook = previous_hook
         server.stop(None).wait()
         store.close()
