@@ -105,6 +105,9 @@ def entity_of(entity_id_: str) -> EntityKey:
     return key
 
 
+#: What ``encode_events`` and ``check_records`` say of an event without a record (a batch column needs its kind).
+_NO_RECORD: Final = "an event must carry a record (client_quota, client_metrics or config)"
+
 #: ``encoded_size_bound``'s factor and per-event slack. ``encode_events`` writes an event's strings as the event
 #: holds them, except a client quota's entity, written as its JSON id: ``json.dumps`` escapes one byte of a name
 #: into at most six (``\u0000``; a non-ASCII character's UTF-8 bytes into 6 or 12), and each pair's brackets,
@@ -128,7 +131,7 @@ def check_records(events: Sequence[pb.Event]) -> None:
     event that encoding it can refuse."""
     for event in events:
         if event.WhichOneof("record") is None:
-            raise ValueError("an event must carry a record (client_quota, client_metrics or config)")
+            raise ValueError(_NO_RECORD)
 
 
 def encode_events(events: Sequence[pb.Event], offsets: Iterable[int] | None = None) -> bytes:
@@ -159,7 +162,7 @@ def encode_events(events: Sequence[pb.Event], offsets: Iterable[int] | None = No
             kinds.append(KIND_CONFIG)
             columns.config.append(event.config)
         else:
-            raise ValueError("an event must carry a record (client_quota, client_metrics or config)")
+            raise ValueError(_NO_RECORD)
     columns.commit_time_ms.extend(times)
     columns.principal.extend(principals)
     columns.request_id.extend(request_ids)

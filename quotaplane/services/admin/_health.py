@@ -72,7 +72,9 @@ def watch_log_health(
             except Exception as e:  # unreachable: keep the last status (see the module docstring)
                 log.debug("cannot ask the config log's health: %s", e)
                 continue
-            except SystemExit:  # Ray's get in a driver shutting down under a server not yet stopped: stop watching
+            except SystemExit:
+                # a probe still in flight when the server stopped and Ray shut down (``Cluster.close`` does not wait
+                # for this thread): Ray's get raises SystemExit there; the loop would end at its next wait anyway
                 log.debug("the config log's health is no longer watched: Ray is shutting down")
                 return
             if (error is None) == (failed is None):
