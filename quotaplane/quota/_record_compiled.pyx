@@ -3,14 +3,16 @@
 
 The pure-Python functions in ``_client.py`` (and ``Rate.record_and_measure`` in ``metrics/_rate.py``) are
 the reference; this module does the same work per item without the interpreter's bytecode dispatch, without a
-frame for the fused record-and-measure and without a float object per intermediate result. It reads and writes
-exactly the Python attributes the reference reads and writes (``Rate``'s and ``WindowedSum``'s slots), so a
+frame for the fused record-and-measure and without a float object per intermediate result. That includes what
+happens once a window per client (a sample rolling over) and after a silence (obsolete samples purged): in
+bench/cluster_quota.py's workload, one item in six. It reads and writes exactly the Python attributes
+the reference reads and writes (``Rate``'s and ``WindowedSum``'s slots), so a
 manager can switch between the two paths between batches, and ``tests/quota/test_record_compiled.py`` holds
 both to the same throttle times and the same sensor state on random workloads, bit for bit.
 
 Whatever the C arithmetic could do differently from Python's is sent back to the reference: a time outside
 ``[0, 2**62)`` (a C ``long long`` could overflow where Python's ints do not), a sample value that is not a
-``float``, a bound that is not a ``float``, a ``Rate`` whose remembered window is not there to reuse. Those items
+``float``, a bound that is not a ``float``, a stat that is not exactly a ``WindowedSum`` per second. Those items
 go through the same Python methods the pure loop calls.
 
 Built by ``setup.py`` (Cython, at install); without a C compiler the package installs without it and
@@ -19,15 +21,31 @@ Built by ``setup.py`` (Cython, at install); without a C compiler the package ins
 
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 
+from quotaplane.metrics._config import TimeUnit
+from quotaplane.metrics._stats import WindowedSum, _epochs
+
+cdef object _SECONDS = TimeUnit.SECONDS
+cdef object _WindowedSum = WindowedSum
+#: the sampled stats' epoch numbers (``SampledStat._restructured`` takes the next one at each structural change)
+cdef object _EPOCHS = _epochs
+
+cdef object _INF = float("inf")
 cdef long long _TIME_LIMIT = 1LL << 62
 #: window lengths and sample counts below this keep ``(samples - 1) * window_ms`` far from overflowing
 cdef long long _SMALL_LIMIT = 1LL << 30
 
 
 cdef inline bint _in_range(object number):
-    """``number`` an exact int in [0, 2**62): C arithmetic on it and on its differences cannot overflow."""
-    return type(number) is int and 0 <= number < _TIME_LIMIT
+    """``number`` an exact int in [0, 2**62): C arithmetic on it and on its differences cannot overflow (read
+    as a C long long, without a Python int made for the comparison)."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(number) is not int:
+        return False
+    v = PyLong_AsLongLongAndOverflow(number, &overflow)
+    return overflow == 0 and 0 <= v < _TIME_LIMIT
 
 
 cdef inline bint _is_str(object obj):
@@ -132,6 +150,8 @@ def record_plain_batch(
             continue
         measured_obj = _record_and_measure(rate, config, value, now_ms)
         if measured_obj is None:
+            measured_obj = _record_and_measure_anew(rate, config, value, now_ms)
+        if measured_obj is None:
             measured_obj = record_reference(rate, config, value, now_ms)
         bound = quota.bound
         if type(measured_obj) is float and type(bound) is float:
@@ -213,6 +233,141 @@ cdef object _record_and_measure(object rate, object config, object value, object
         seconds = elapsed / 1000.0
         rate._win_seconds = seconds
     return _java_sum(values) / seconds
+
+
+cdef object _record_and_measure_anew(object rate, object config, object value, object now_ms):
+    """``Rate._record_and_measure_anew`` in C (the sample roll-over, the purge of obsolete samples, what the next
+    fused call may rely on); None, having changed nothing, where the reference must run.
+
+    The reference's recording, roll-over (``SampledStat._advance``: the next slot of ``samples + 1``, appended or
+    reset) and purge (``purge_obsolete_samples``: every other sample whose last event is ``samples * window`` old)
+    are written out over the stat's lists. Every number read is checked first (exact ints in ``[0, 2**62)``, float
+    values, window and samples below 2**30), so nothing is changed unless the whole call can run here. The stat's
+    derived state is then rebuilt by its own ``_restructured``, once: the reference calls it after each reset,
+    and it is a function of the samples alone (with a fresh epoch).
+    """
+    cdef object stat = rate.stat
+    if type(stat) is not _WindowedSum or rate._unit is not _SECONDS:
+        return None
+    if not _in_range(now_ms):
+        return None
+    cdef object window_obj = config.time_window_ms
+    cdef object samples_obj = config.samples
+    if not (type(window_obj) is int and 0 < window_obj < _SMALL_LIMIT):
+        return None
+    if not (type(samples_obj) is int and 0 < samples_obj < _SMALL_LIMIT):
+        return None
+    cdef object current_obj = stat._current
+    cdef object starts_obj = stat._starts
+    cdef object lasts_obj = stat._lasts
+    cdef object values_obj = stat._values
+    cdef object counts_obj = stat._counts
+    if not (type(starts_obj) is list and type(lasts_obj) is list and type(values_obj) is list
+            and type(counts_obj) is list and type(current_obj) is int):
+        return None
+    cdef list starts = starts_obj
+    cdef list lasts = lasts_obj
+    cdef list values = values_obj
+    cdef list counts = counts_obj
+    cdef Py_ssize_t size = PyList_GET_SIZE(starts)
+    if size == 0 or PyList_GET_SIZE(lasts) != size or PyList_GET_SIZE(values) != size or PyList_GET_SIZE(counts) != size:
+        return None
+    cdef long long t = now_ms
+    cdef long long window_ms = window_obj
+    cdef long long samples = samples_obj
+    cdef long long expire_ms = samples * window_ms
+    if not (0 <= current_obj < size):
+        return None
+    cdef Py_ssize_t i = current_obj
+    cdef Py_ssize_t k
+    # every start and last event an exact int in range, every value a float: the C arithmetic below holds
+    for k in range(size):
+        if not _in_range(<object>PyList_GET_ITEM(starts, k)) or not _in_range(<object>PyList_GET_ITEM(lasts, k)):
+            return None
+        if type(<object>PyList_GET_ITEM(values, k)) is not float:
+            return None
+        if type(<object>PyList_GET_ITEM(counts, k)) is not int:
+            return None
+    cdef double addend
+    if type(value) is float:
+        addend = PyFloat_AS_DOUBLE(value)
+    elif type(value) is int:
+        addend = float(value)
+    else:
+        return None
+    cdef object initial = stat._initial_value
+    if type(initial) is not float:
+        return None
+    cdef bint roll = (t - <long long>(<object>PyList_GET_ITEM(starts, i)) >= window_ms
+                      or <object>PyList_GET_ITEM(counts, i) >= config.event_window)
+    # nothing above changed anything: from here on the C path records
+    if roll:  # SampledStat._advance
+        i = (i + 1) % (samples + 1)
+        stat._current = i
+        if i >= size:
+            starts.append(now_ms)
+            lasts.append(now_ms)
+            values.append(initial)
+            counts.append(0)
+            size += 1
+        else:
+            starts[i] = now_ms
+            lasts[i] = now_ms
+            values[i] = initial
+            counts[i] = 0
+        _restructured(stat, starts, lasts, i)
+    values[i] = PyFloat_AS_DOUBLE(<object>PyList_GET_ITEM(values, i)) + addend  # WindowedSum's fold
+    counts[i] = <object>PyList_GET_ITEM(counts, i) + 1
+    lasts[i] = now_ms
+    # the current sample's last event is now: only another sample can be obsolete
+    cdef object others_last = stat._others_last
+    if type(others_last) is int and t - <long long>others_last >= expire_ms:  # purge_obsolete_samples
+        for k in range(size):
+            if t - <long long>(<object>PyList_GET_ITEM(lasts, k)) >= expire_ms:
+                starts[k] = now_ms
+                lasts[k] = now_ms
+                values[k] = initial
+                counts[k] = 0
+        _restructured(stat, starts, lasts, i)
+    cdef long long oldest_start = stat._oldest_start
+    cdef long long elapsed = t - oldest_start  # _padded_window_ms, written out
+    cdef long long full_windows = elapsed // window_ms
+    if full_windows < samples - 1:
+        elapsed += (samples - 1 - full_windows) * window_ms
+    if elapsed < 1:
+        elapsed = 1
+    rate.last_window_ms = elapsed
+    # the deadline before which neither a roll-over nor a purge can happen (see Rate._record_and_measure_anew)
+    cdef object roll_at = <object>PyList_GET_ITEM(starts, stat._current) + window_obj
+    others_last = stat._others_last
+    rate._win_deadline = roll_at if type(others_last) is not int else min(roll_at, others_last + expire_ms)
+    rate._win_epoch = stat._epoch
+    rate._win_config = config
+    rate._win_now = now_ms
+    cdef double seconds = elapsed / 1000.0
+    rate._win_seconds = seconds
+    return _java_sum(values) / seconds
+
+
+cdef int _restructured(object stat, list starts, list lasts, Py_ssize_t current) except -1:
+    """``SampledStat._restructured`` over samples whose starts and last events are all ints in range (checked by
+    the caller): a fresh epoch, the oldest start (the first of equal ones, as ``min``) and the earliest last event
+    of the samples other than the current one (``math.inf`` where there is none)."""
+    cdef Py_ssize_t size = PyList_GET_SIZE(starts)
+    cdef Py_ssize_t k, oldest = 0, earliest = -1
+    stat._epoch = next(_EPOCHS)
+    for k in range(1, size):
+        if <long long>(<object>PyList_GET_ITEM(starts, k)) < <long long>(<object>PyList_GET_ITEM(starts, oldest)):
+            oldest = k
+    for k in range(size):
+        if k == current:
+            continue
+        if earliest < 0 or (<long long>(<object>PyList_GET_ITEM(lasts, k))
+                            < <long long>(<object>PyList_GET_ITEM(lasts, earliest))):
+            earliest = k
+    stat._oldest_start = <object>PyList_GET_ITEM(starts, oldest) if size else None
+    stat._others_last = <object>PyList_GET_ITEM(lasts, earliest) if earliest >= 0 else _INF
+    return 0
 
 
 cdef double _java_sum(list values) except? -1.0:

@@ -202,17 +202,23 @@ def test_compiled_batches_equal_the_pure_path(quota_type, quota_value, samples, 
 
 
 def test_the_c_path_records_most_items() -> None:
-    """A steady client's recordings stay in C: the reference ``record_and_measure`` is called back when a sample
-    rolls over (once a window), not per item. Without this the equality above could be the reference's alone."""
+    """A steady client's recordings stay in C, the roll-over of a sample once a window and the purge after a
+    silence included: the reference ``record_and_measure`` is called back only for the client's first recording
+    (it has no fast path yet). Without this the equality above could be the reference's alone."""
     mgr = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
     items = [("alice", "c1", 100.0, START_MS + i) for i in range(5_000)]  # 5 windows of 1 s
     reference = Rate.record_and_measure
     with mock.patch.object(Rate, "record_and_measure", autospec=True, side_effect=reference) as called:
         throttles = mgr.record_batch(items, START_MS)
     assert throttles == [0] * 5_000  # no quota: Kafka's unlimited bound
-    assert 0 < called.call_count <= 10
+    assert called.call_count == 1
     mgr.update_quota(client_module.ClientQuotaEntity(user="alice"), 1.0)
     with mock.patch.object(Rate, "record_and_measure", autospec=True, side_effect=reference) as called:
         throttles = mgr.record_batch([("alice", "c1", 100.0, START_MS + 5_000 + i) for i in range(5_000)], START_MS)
     assert all(t > 0 for t in throttles)
-    assert 0 < called.call_count <= 10
+    assert called.call_count <= 1  # the quota's new sensor config: the client's first recording under it
+    # 25 s of silence, then one recording every 3 s: each rolls a sample over and purges the ones 11 s old
+    later = [("alice", "c1", 100.0, START_MS + 35_000 + 3_000 * i) for i in range(50)]
+    with mock.patch.object(Rate, "record_and_measure", autospec=True, side_effect=reference) as called:
+        mgr.record_batch(later, START_MS)
+    assert called.call_count == 0
