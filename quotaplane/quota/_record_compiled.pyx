@@ -23,8 +23,112 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 
-from quotaplane.metrics._config import TimeUnit
+from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+
+from types import MemberDescriptorType
+
+from quotaplane.metrics._config import MetricConfig, Quota, TimeUnit
+from quotaplane.metrics._rate import Rate
+from quotaplane.metrics._registry import KafkaMetric
+from quotaplane.metrics._sensor import Sensor
 from quotaplane.metrics._stats import WindowedSum, _epochs
+
+
+# --- slots read by their offset ----------------------------------------------------------------------------
+# Every object the hot path touches has ``__slots__``: a slot is a pointer at a fixed offset in its object, but a
+# read through ``getattr`` looks the name up in the type (and its bases), finds the member descriptor and calls
+# it (~25 ns; the loop reads about 25 of them an item, the largest share of its time by ``perf``). Here each slot
+# the loop reads is looked up once, at import, and read by its offset, for objects of exactly the type the offset
+# was taken from; an object of any other type (a subclass may have a property of that name) or a slot not set is
+# read through ``getattr``, as the reference does.
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+
+cdef extern from "structmember.h":
+    enum: T_OBJECT_EX  # a slot of ``__slots__``: an object pointer, NULL while unset
+
+
+cdef struct Slot:
+    PyTypeObject *owner
+    Py_ssize_t offset
+    PyObject *name
+
+
+#: the slots' names and types, kept alive for the ``Slot`` structs that point at them
+_SLOT_OWNERS = []
+
+
+cdef Slot _slot(type owner, str name) except *:
+    """``owner``'s slot ``name`` (its own or a base class's) as a ``Slot``."""
+    descriptor = getattr(owner, name)
+    if type(descriptor) is not MemberDescriptorType:
+        raise TypeError(f"{owner.__name__}.{name} is not a slot")
+    if (<PyMemberDescrObject*><PyObject*>descriptor).d_member.type != T_OBJECT_EX:
+        raise TypeError(f"{owner.__name__}.{name} is not an object slot")
+    _SLOT_OWNERS.append((owner, name))
+    cdef Slot slot
+    slot.owner = <PyTypeObject*>owner
+    slot.offset = (<PyMemberDescrObject*><PyObject*>descriptor).d_member.offset
+    slot.name = <PyObject*>name
+    return slot
+
+
+cdef inline object _get(object obj, Slot *slot):
+    """``getattr(obj, slot name)``."""
+    cdef PyObject *value
+    if Py_TYPE(obj) is slot.owner:
+        value = (<PyObject**>((<char*><PyObject*>obj) + slot.offset))[0]
+        if value is not NULL:
+            return <object>value
+    return getattr(obj, <str>slot.name)
+
+
+cdef inline int _set(object obj, Slot *slot, object value) except -1:
+    """``setattr(obj, slot name, value)``."""
+    cdef PyObject **field
+    cdef PyObject *old
+    if Py_TYPE(obj) is slot.owner:
+        field = <PyObject**>((<char*><PyObject*>obj) + slot.offset)
+        old = field[0]
+        Py_INCREF(value)
+        field[0] = <PyObject*>value
+        Py_XDECREF(old)
+        return 0
+    setattr(obj, <str>slot.name, value)
+    return 0
+
+
+cdef Slot RATE_STAT = _slot(Rate, "stat")
+cdef Slot RATE_UNIT = _slot(Rate, "_unit")
+cdef Slot RATE_WIN_CONFIG = _slot(Rate, "_win_config")
+cdef Slot RATE_WIN_DEADLINE = _slot(Rate, "_win_deadline")
+cdef Slot RATE_WIN_EPOCH = _slot(Rate, "_win_epoch")
+cdef Slot RATE_WIN_NOW = _slot(Rate, "_win_now")
+cdef Slot RATE_WIN_SECONDS = _slot(Rate, "_win_seconds")
+cdef Slot RATE_LAST_WINDOW_MS = _slot(Rate, "last_window_ms")
+cdef Slot STAT_COUNTS = _slot(WindowedSum, "_counts")
+cdef Slot STAT_CURRENT = _slot(WindowedSum, "_current")
+cdef Slot STAT_EPOCH = _slot(WindowedSum, "_epoch")
+cdef Slot STAT_INITIAL_VALUE = _slot(WindowedSum, "_initial_value")
+cdef Slot STAT_LASTS = _slot(WindowedSum, "_lasts")
+cdef Slot STAT_OLDEST_START = _slot(WindowedSum, "_oldest_start")
+cdef Slot STAT_OTHERS_LAST = _slot(WindowedSum, "_others_last")
+cdef Slot STAT_STARTS = _slot(WindowedSum, "_starts")
+cdef Slot STAT_VALUES = _slot(WindowedSum, "_values")
+cdef Slot CONFIG_EVENT_WINDOW = _slot(MetricConfig, "event_window")
+cdef Slot CONFIG_QUOTA = _slot(MetricConfig, "quota")
+cdef Slot CONFIG_SAMPLES = _slot(MetricConfig, "samples")
+cdef Slot CONFIG_TIME_WINDOW_MS = _slot(MetricConfig, "time_window_ms")
+cdef Slot QUOTA_BOUND = _slot(Quota, "bound")
+cdef Slot QUOTA_UPPER = _slot(Quota, "upper")
+cdef Slot METRIC_CONFIG = _slot(KafkaMetric, "config")
+cdef Slot SENSOR_LAST_RECORD_TIME_MS = _slot(Sensor, "last_record_time_ms")
 
 cdef object _SECONDS = TimeUnit.SECONDS
 cdef object _WindowedSum = WindowedSum
@@ -140,10 +244,10 @@ def record_plain_batch(
         rate = (<tuple>entry)[2]
         value_sensor = (<tuple>entry)[3]
         if value_sensor is not None:
-            value_sensor.last_record_time_ms = now_ms
-        quota_sensor.last_record_time_ms = now_ms
-        config = metric.config
-        quota = config.quota
+            _set(value_sensor, &SENSOR_LAST_RECORD_TIME_MS, now_ms)
+        _set(quota_sensor, &SENSOR_LAST_RECORD_TIME_MS, now_ms)
+        config = _get(metric, &METRIC_CONFIG)
+        quota = _get(config, &CONFIG_QUOTA)
         if quota is None:
             rate.record(config, value, now_ms)
             results.append(0)
@@ -153,40 +257,40 @@ def record_plain_batch(
             measured_obj = _record_and_measure_anew(rate, config, value, now_ms)
         if measured_obj is None:
             measured_obj = record_reference(rate, config, value, now_ms)
-        bound = quota.bound
+        bound = _get(quota, &QUOTA_BOUND)
         if type(measured_obj) is float and type(bound) is float:
             measured = PyFloat_AS_DOUBLE(measured_obj)
             bound_value = PyFloat_AS_DOUBLE(bound)
-            within = (measured <= bound_value) if quota.upper else (measured >= bound_value)
+            within = (measured <= bound_value) if _get(quota, &QUOTA_UPPER) else (measured >= bound_value)
         else:
-            within = (measured_obj <= bound) if quota.upper else (measured_obj >= bound)
+            within = (measured_obj <= bound) if _get(quota, &QUOTA_UPPER) else (measured_obj >= bound)
         if within:
             results.append(0)
         else:
-            results.append(throttle(measured_obj, bound, rate.last_window_ms))
+            results.append(throttle(measured_obj, bound, _get(rate, &RATE_LAST_WINDOW_MS)))
     return results
 
 
 cdef object _record_and_measure(object rate, object config, object value, object now_ms):
     """``Rate.record_and_measure``'s two fast branches (a recording into the current sample before the deadline
     the last fused call proved), in C; None, having changed nothing, for everything else."""
-    cdef object stat = rate.stat
-    if stat._epoch is not rate._win_epoch or config is not rate._win_config:
+    cdef object stat = _get(rate, &RATE_STAT)
+    if _get(stat, &STAT_EPOCH) is not _get(rate, &RATE_WIN_EPOCH) or config is not _get(rate, &RATE_WIN_CONFIG):
         return None
     if not _in_range(now_ms):
         return None
     cdef long long t = now_ms
-    cdef object window_obj = config.time_window_ms
-    cdef object samples_obj = config.samples
+    cdef object window_obj = _get(config, &CONFIG_TIME_WINDOW_MS)
+    cdef object samples_obj = _get(config, &CONFIG_SAMPLES)
     if not (type(window_obj) is int and 0 < window_obj < _SMALL_LIMIT):
         return None
     if not (type(samples_obj) is int and 0 < samples_obj < _SMALL_LIMIT):
         return None
-    cdef Py_ssize_t i = stat._current
-    cdef list counts = stat._counts
-    cdef list values = stat._values
+    cdef Py_ssize_t i = _get(stat, &STAT_CURRENT)
+    cdef list counts = _get(stat, &STAT_COUNTS)
+    cdef list values = _get(stat, &STAT_VALUES)
     cdef object count = <object>PyList_GET_ITEM(counts, i)
-    if not (count < config.event_window):
+    if not (count < _get(config, &CONFIG_EVENT_WINDOW)):
         return None  # the current sample is full: it rolls over
     cdef object current = <object>PyList_GET_ITEM(values, i)
     cdef double addend
@@ -198,40 +302,40 @@ cdef object _record_and_measure(object rate, object config, object value, object
         addend = float(value)  # as float + int converts it (validated: it fits a double)
     else:
         return None
-    cdef object win_now = rate._win_now
+    cdef object win_now = _get(rate, &RATE_WIN_NOW)
     cdef bint same_ms = _in_range(win_now) and <long long>win_now == t
     cdef object deadline
     cdef long long window_ms, padded_windows, full_windows, oldest_start
     cdef long long elapsed = 0
     cdef double seconds
     if not same_ms:
-        deadline = rate._win_deadline
+        deadline = _get(rate, &RATE_WIN_DEADLINE)
         if not _in_range(deadline) or not (t < <long long>deadline):
             return None  # a time roll or a purge may be due (or the deadline is not an int): the reference
-        if not _in_range(stat._oldest_start):
+        if not _in_range(_get(stat, &STAT_OLDEST_START)):
             return None
         window_ms = window_obj
         padded_windows = samples_obj - 1
-        oldest_start = stat._oldest_start
+        oldest_start = _get(stat, &STAT_OLDEST_START)
         elapsed = t - oldest_start  # _padded_window_ms, written out
         full_windows = elapsed // window_ms
         if full_windows < padded_windows:
             elapsed += (padded_windows - full_windows) * window_ms
         if elapsed < 1:
             elapsed = 1
-    if same_ms and type(rate._win_seconds) is not float:
+    if same_ms and type(_get(rate, &RATE_WIN_SECONDS)) is not float:
         return None
     # nothing above changed anything: from here on the C path records
     values[i] = PyFloat_AS_DOUBLE(current) + addend  # WindowedSum's fold
     counts[i] = count + 1
-    (<list>stat._lasts)[i] = now_ms
+    (<list>_get(stat, &STAT_LASTS))[i] = now_ms
     if same_ms:
-        seconds = PyFloat_AS_DOUBLE(rate._win_seconds)
+        seconds = PyFloat_AS_DOUBLE(_get(rate, &RATE_WIN_SECONDS))
     else:
-        rate.last_window_ms = elapsed
-        rate._win_now = now_ms
+        _set(rate, &RATE_LAST_WINDOW_MS, elapsed)
+        _set(rate, &RATE_WIN_NOW, now_ms)
         seconds = elapsed / 1000.0
-        rate._win_seconds = seconds
+        _set(rate, &RATE_WIN_SECONDS, seconds)
     return _java_sum(values) / seconds
 
 
@@ -246,22 +350,22 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     derived state is then rebuilt by its own ``_restructured``, once: the reference calls it after each reset,
     and it is a function of the samples alone (with a fresh epoch).
     """
-    cdef object stat = rate.stat
-    if type(stat) is not _WindowedSum or rate._unit is not _SECONDS:
+    cdef object stat = _get(rate, &RATE_STAT)
+    if type(stat) is not _WindowedSum or _get(rate, &RATE_UNIT) is not _SECONDS:
         return None
     if not _in_range(now_ms):
         return None
-    cdef object window_obj = config.time_window_ms
-    cdef object samples_obj = config.samples
+    cdef object window_obj = _get(config, &CONFIG_TIME_WINDOW_MS)
+    cdef object samples_obj = _get(config, &CONFIG_SAMPLES)
     if not (type(window_obj) is int and 0 < window_obj < _SMALL_LIMIT):
         return None
     if not (type(samples_obj) is int and 0 < samples_obj < _SMALL_LIMIT):
         return None
-    cdef object current_obj = stat._current
-    cdef object starts_obj = stat._starts
-    cdef object lasts_obj = stat._lasts
-    cdef object values_obj = stat._values
-    cdef object counts_obj = stat._counts
+    cdef object current_obj = _get(stat, &STAT_CURRENT)
+    cdef object starts_obj = _get(stat, &STAT_STARTS)
+    cdef object lasts_obj = _get(stat, &STAT_LASTS)
+    cdef object values_obj = _get(stat, &STAT_VALUES)
+    cdef object counts_obj = _get(stat, &STAT_COUNTS)
     if not (type(starts_obj) is list and type(lasts_obj) is list and type(values_obj) is list
             and type(counts_obj) is list and type(current_obj) is int):
         return None
@@ -295,15 +399,15 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
         addend = float(value)
     else:
         return None
-    cdef object initial = stat._initial_value
+    cdef object initial = _get(stat, &STAT_INITIAL_VALUE)
     if type(initial) is not float:
         return None
     cdef bint roll = (t - <long long>(<object>PyList_GET_ITEM(starts, i)) >= window_ms
-                      or <object>PyList_GET_ITEM(counts, i) >= config.event_window)
+                      or <object>PyList_GET_ITEM(counts, i) >= _get(config, &CONFIG_EVENT_WINDOW))
     # nothing above changed anything: from here on the C path records
     if roll:  # SampledStat._advance
         i = (i + 1) % (samples + 1)
-        stat._current = i
+        _set(stat, &STAT_CURRENT, i)
         if i >= size:
             starts.append(now_ms)
             lasts.append(now_ms)
@@ -320,7 +424,7 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     counts[i] = <object>PyList_GET_ITEM(counts, i) + 1
     lasts[i] = now_ms
     # the current sample's last event is now: only another sample can be obsolete
-    cdef object others_last = stat._others_last
+    cdef object others_last = _get(stat, &STAT_OTHERS_LAST)
     if type(others_last) is int and t - <long long>others_last >= expire_ms:  # purge_obsolete_samples
         for k in range(size):
             if t - <long long>(<object>PyList_GET_ITEM(lasts, k)) >= expire_ms:
@@ -329,23 +433,23 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
                 values[k] = initial
                 counts[k] = 0
         _restructured(stat, starts, lasts, i)
-    cdef long long oldest_start = stat._oldest_start
+    cdef long long oldest_start = _get(stat, &STAT_OLDEST_START)
     cdef long long elapsed = t - oldest_start  # _padded_window_ms, written out
     cdef long long full_windows = elapsed // window_ms
     if full_windows < samples - 1:
         elapsed += (samples - 1 - full_windows) * window_ms
     if elapsed < 1:
         elapsed = 1
-    rate.last_window_ms = elapsed
+    _set(rate, &RATE_LAST_WINDOW_MS, elapsed)
     # the deadline before which neither a roll-over nor a purge can happen (see Rate._record_and_measure_anew)
-    cdef object roll_at = <object>PyList_GET_ITEM(starts, stat._current) + window_obj
-    others_last = stat._others_last
-    rate._win_deadline = roll_at if type(others_last) is not int else min(roll_at, others_last + expire_ms)
-    rate._win_epoch = stat._epoch
-    rate._win_config = config
-    rate._win_now = now_ms
+    cdef object roll_at = <object>PyList_GET_ITEM(starts, _get(stat, &STAT_CURRENT)) + window_obj
+    others_last = _get(stat, &STAT_OTHERS_LAST)
+    _set(rate, &RATE_WIN_DEADLINE, roll_at if type(others_last) is not int else min(roll_at, others_last + expire_ms))
+    _set(rate, &RATE_WIN_EPOCH, _get(stat, &STAT_EPOCH))
+    _set(rate, &RATE_WIN_CONFIG, config)
+    _set(rate, &RATE_WIN_NOW, now_ms)
     cdef double seconds = elapsed / 1000.0
-    rate._win_seconds = seconds
+    _set(rate, &RATE_WIN_SECONDS, seconds)
     return _java_sum(values) / seconds
 
 
@@ -355,7 +459,7 @@ cdef int _restructured(object stat, list starts, list lasts, Py_ssize_t current)
     of the samples other than the current one (``math.inf`` where there is none)."""
     cdef Py_ssize_t size = PyList_GET_SIZE(starts)
     cdef Py_ssize_t k, oldest = 0, earliest = -1
-    stat._epoch = next(_EPOCHS)
+    _set(stat, &STAT_EPOCH, next(_EPOCHS))
     for k in range(1, size):
         if <long long>(<object>PyList_GET_ITEM(starts, k)) < <long long>(<object>PyList_GET_ITEM(starts, oldest)):
             oldest = k
@@ -365,8 +469,8 @@ cdef int _restructured(object stat, list starts, list lasts, Py_ssize_t current)
         if earliest < 0 or (<long long>(<object>PyList_GET_ITEM(lasts, k))
                             < <long long>(<object>PyList_GET_ITEM(lasts, earliest))):
             earliest = k
-    stat._oldest_start = <object>PyList_GET_ITEM(starts, oldest) if size else None
-    stat._others_last = <object>PyList_GET_ITEM(lasts, earliest) if earliest >= 0 else _INF
+    _set(stat, &STAT_OLDEST_START, <object>PyList_GET_ITEM(starts, oldest) if size else None)
+    _set(stat, &STAT_OTHERS_LAST, <object>PyList_GET_ITEM(lasts, earliest) if earliest >= 0 else _INF)
     return 0
 
 

@@ -19,7 +19,7 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quotaplane.metrics import Rate, WindowedSum
+from quotaplane.metrics import KafkaMetric, Rate, Sensor, WindowedSum
 from quotaplane.quota import (
     ClientQuotaManager,
     ClientQuotaManagerConfig,
@@ -222,3 +222,46 @@ def test_the_c_path_records_most_items() -> None:
     with mock.patch.object(Rate, "record_and_measure", autospec=True, side_effect=reference) as called:
         mgr.record_batch(later, START_MS)
     assert called.call_count == 0
+
+
+def test_an_object_of_a_subclass_is_read_and_written_through_its_attributes() -> None:
+    """The compiled loop reads and writes slots by their offset only in objects of exactly the class the offset
+    was taken from: a subclass's property of the same name is honoured, as the reference honours it."""
+    written: list[int] = []
+    read: list[object] = []
+
+    class WatchedSensor(Sensor):
+        __slots__ = ()
+
+        @property
+        def last_record_time_ms(self) -> int:
+            return Sensor.last_record_time_ms.__get__(self)
+
+        @last_record_time_ms.setter
+        def last_record_time_ms(self, now_ms: int) -> None:
+            written.append(now_ms)
+            Sensor.last_record_time_ms.__set__(self, now_ms)
+
+    class WatchedMetric(KafkaMetric):
+        __slots__ = ()
+
+        @property
+        def config(self) -> object:
+            value = KafkaMetric.config.__get__(self)
+            read.append(value)
+            return value
+
+        @config.setter
+        def config(self, config: object) -> None:
+            KafkaMetric.config.__set__(self, config)
+
+    mgr = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+    mgr.update_quota(client_module.ClientQuotaEntity(user="alice"), 1_000.0)
+    mgr.record_batch([("alice", "c1", 100.0)], START_MS)  # the client's sensors and fast path
+    quota_sensor, metric, _, _ = mgr._fast_paths["alice"]["c1"]
+    quota_sensor.__class__ = WatchedSensor
+    metric.__class__ = WatchedMetric
+    throttles = mgr.record_batch([("alice", "c1", 100.0, START_MS + 10), ("alice", "c1", 50_000.0, START_MS + 20)], 0)
+    assert written == [START_MS + 10, START_MS + 20]
+    assert len(read) >= 2 and all(config is KafkaMetric.config.__get__(metric) for config in read)
+    assert throttles[0] == 0 and throttles[1] > 0
