@@ -347,8 +347,8 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     reset) and purge (``purge_obsolete_samples``: every other sample whose last event is ``samples * window`` old)
     are written out over the stat's lists. Every number read is checked first (exact ints in ``[0, 2**62)``, float
     values, window and samples below 2**30), so nothing is changed unless the whole call can run here. The stat's
-    derived state is then rebuilt by its own ``_restructured``, once: the reference calls it after each reset,
-    and it is a function of the samples alone (with a fresh epoch).
+    derived state is then rebuilt as ``_restructured`` rebuilds it, once per roll-over or purge: the reference
+    rebuilds it after each reset, and it is a function of the samples alone (with a fresh epoch).
     """
     cdef object stat = _get(rate, &RATE_STAT)
     if type(stat) is not _WindowedSum or _get(rate, &RATE_UNIT) is not _SECONDS:
@@ -402,6 +402,10 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     cdef object initial = _get(stat, &STAT_INITIAL_VALUE)
     if type(initial) is not float:
         return None
+    # what the last restructuring derived: an oldest start in range, the others' earliest event in range or none
+    cdef object others_last = _get(stat, &STAT_OTHERS_LAST)
+    if not (_in_range(_get(stat, &STAT_OLDEST_START)) and (_in_range(others_last) or (type(others_last) is float and others_last == _INF))):
+        return None
     cdef bint roll = (t - <long long>(<object>PyList_GET_ITEM(starts, i)) >= window_ms
                       or <object>PyList_GET_ITEM(counts, i) >= _get(config, &CONFIG_EVENT_WINDOW))
     # nothing above changed anything: from here on the C path records
@@ -424,7 +428,7 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     counts[i] = <object>PyList_GET_ITEM(counts, i) + 1
     lasts[i] = now_ms
     # the current sample's last event is now: only another sample can be obsolete
-    cdef object others_last = _get(stat, &STAT_OTHERS_LAST)
+    others_last = _get(stat, &STAT_OTHERS_LAST)
     if type(others_last) is int and t - <long long>others_last >= expire_ms:  # purge_obsolete_samples
         for k in range(size):
             if t - <long long>(<object>PyList_GET_ITEM(lasts, k)) >= expire_ms:

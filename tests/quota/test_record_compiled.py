@@ -265,3 +265,19 @@ def test_an_object_of_a_subclass_is_read_and_written_through_its_attributes() ->
     assert written == [START_MS + 10, START_MS + 20]
     assert len(read) >= 2 and all(config is KafkaMetric.config.__get__(metric) for config in read)
     assert throttles[0] == 0 and throttles[1] > 0
+
+
+def test_a_sample_past_the_c_range_sends_later_recordings_back_whole() -> None:
+    """A time at or past 2**62 ms is recorded by the reference and stays in the samples; a later recording at an
+    ordinary time then meets it in a sample the C roll-over would read, so that recording goes back to Python
+    before anything is changed, and both paths end in the same state."""
+    steps = [
+        ("batch", START_MS, [(USERS[0], CLIENTS[0], 10.0), (USERS[1], CLIENTS[1], 3.0)]),
+        ("batch", 2**62 + START_MS, [(USERS[0], CLIENTS[0], 10.0)]),
+        ("batch", START_MS + 1_500, [(USERS[0], CLIENTS[0], 7.0, START_MS + 1_500 + i) for i in range(3)]),
+        ("batch", START_MS + 40_000, [(USERS[0], CLIENTS[0], 5.0), (USERS[1], CLIENTS[1], 2.0)]),
+    ]
+    compiled = new_manager(QuotaType.PRODUCE, False, 11, 1, compiled=True)
+    pure = new_manager(QuotaType.PRODUCE, False, 11, 1, compiled=False)
+    assert run(compiled, steps) == run(pure, steps)
+    assert samples_of(compiled) == samples_of(pure)
