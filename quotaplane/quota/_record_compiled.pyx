@@ -141,6 +141,27 @@ cdef long long _TIME_LIMIT = 1LL << 62
 cdef long long _SMALL_LIMIT = 1LL << 30
 
 
+cdef inline bint _small_window(object config):
+    """The config's window length and sample count exact ints in ``(0, 2**30)``: the padding arithmetic on them
+    (``(samples - 1) * window_ms``, ``samples * window_ms``) cannot overflow a C long long."""
+    cdef object window_ms = _get(config, &CONFIG_TIME_WINDOW_MS)
+    cdef object samples = _get(config, &CONFIG_SAMPLES)
+    return (type(window_ms) is int and 0 < window_ms < _SMALL_LIMIT
+            and type(samples) is int and 0 < samples < _SMALL_LIMIT)
+
+
+cdef inline bint _as_addend(object value, double *addend):
+    """A recorded value as the double ``float + value`` adds (an int converted as ``float(value)``: validated, it
+    fits a double); False for any other type."""
+    if type(value) is float:
+        addend[0] = PyFloat_AS_DOUBLE(value)
+    elif type(value) is int:
+        addend[0] = float(value)
+    else:
+        return False
+    return True
+
+
 cdef inline bint _in_range(object number):
     """``number`` an exact int in [0, 2**62): C arithmetic on it and on its differences cannot overflow (read
     as a C long long, without a Python int made for the comparison)."""
@@ -280,11 +301,7 @@ cdef object _record_and_measure(object rate, object config, object value, object
     if not _in_range(now_ms):
         return None
     cdef long long t = now_ms
-    cdef object window_obj = _get(config, &CONFIG_TIME_WINDOW_MS)
-    cdef object samples_obj = _get(config, &CONFIG_SAMPLES)
-    if not (type(window_obj) is int and 0 < window_obj < _SMALL_LIMIT):
-        return None
-    if not (type(samples_obj) is int and 0 < samples_obj < _SMALL_LIMIT):
+    if not _small_window(config):
         return None
     cdef Py_ssize_t i = _get(stat, &STAT_CURRENT)
     cdef list counts = _get(stat, &STAT_COUNTS)
@@ -293,18 +310,12 @@ cdef object _record_and_measure(object rate, object config, object value, object
     if not (count < _get(config, &CONFIG_EVENT_WINDOW)):
         return None  # the current sample is full: it rolls over
     cdef object current = <object>PyList_GET_ITEM(values, i)
-    cdef double addend
-    if type(current) is not float:
-        return None
-    if type(value) is float:
-        addend = PyFloat_AS_DOUBLE(value)
-    elif type(value) is int:
-        addend = float(value)  # as float + int converts it (validated: it fits a double)
-    else:
+    cdef double addend = 0.0
+    if type(current) is not float or not _as_addend(value, &addend):
         return None
     cdef object win_now = _get(rate, &RATE_WIN_NOW)
     cdef bint same_ms = _in_range(win_now) and <long long>win_now == t
-    cdef object deadline
+    cdef object deadline, oldest_start_obj
     cdef long long window_ms, padded_windows, full_windows, oldest_start
     cdef long long elapsed = 0
     cdef double seconds
@@ -312,11 +323,12 @@ cdef object _record_and_measure(object rate, object config, object value, object
         deadline = _get(rate, &RATE_WIN_DEADLINE)
         if not _in_range(deadline) or not (t < <long long>deadline):
             return None  # a time roll or a purge may be due (or the deadline is not an int): the reference
-        if not _in_range(_get(stat, &STAT_OLDEST_START)):
+        oldest_start_obj = _get(stat, &STAT_OLDEST_START)
+        if not _in_range(oldest_start_obj):
             return None
-        window_ms = window_obj
-        padded_windows = samples_obj - 1
-        oldest_start = _get(stat, &STAT_OLDEST_START)
+        window_ms = _get(config, &CONFIG_TIME_WINDOW_MS)
+        padded_windows = _get(config, &CONFIG_SAMPLES) - 1
+        oldest_start = oldest_start_obj
         elapsed = t - oldest_start  # _padded_window_ms, written out
         full_windows = elapsed // window_ms
         if full_windows < padded_windows:
@@ -353,14 +365,9 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     cdef object stat = _get(rate, &RATE_STAT)
     if type(stat) is not _WindowedSum or _get(rate, &RATE_UNIT) is not _SECONDS:
         return None
-    if not _in_range(now_ms):
+    if not _in_range(now_ms) or not _small_window(config):
         return None
     cdef object window_obj = _get(config, &CONFIG_TIME_WINDOW_MS)
-    cdef object samples_obj = _get(config, &CONFIG_SAMPLES)
-    if not (type(window_obj) is int and 0 < window_obj < _SMALL_LIMIT):
-        return None
-    if not (type(samples_obj) is int and 0 < samples_obj < _SMALL_LIMIT):
-        return None
     cdef object current_obj = _get(stat, &STAT_CURRENT)
     cdef object starts_obj = _get(stat, &STAT_STARTS)
     cdef object lasts_obj = _get(stat, &STAT_LASTS)
@@ -374,11 +381,11 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     cdef list values = values_obj
     cdef list counts = counts_obj
     cdef Py_ssize_t size = PyList_GET_SIZE(starts)
-    if size == 0 or PyList_GET_SIZE(lasts) != size or PyList_GET_SIZE(values) != size or PyList_GET_SIZE(counts) != size:
+    if size == 0 or not (PyList_GET_SIZE(lasts) == PyList_GET_SIZE(values) == PyList_GET_SIZE(counts) == size):
         return None
     cdef long long t = now_ms
     cdef long long window_ms = window_obj
-    cdef long long samples = samples_obj
+    cdef long long samples = _get(config, &CONFIG_SAMPLES)
     cdef long long expire_ms = samples * window_ms
     if not (0 <= current_obj < size):
         return None
@@ -392,19 +399,17 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
             return None
         if type(<object>PyList_GET_ITEM(counts, k)) is not int:
             return None
-    cdef double addend
-    if type(value) is float:
-        addend = PyFloat_AS_DOUBLE(value)
-    elif type(value) is int:
-        addend = float(value)
-    else:
+    cdef double addend = 0.0
+    if not _as_addend(value, &addend):
         return None
     cdef object initial = _get(stat, &STAT_INITIAL_VALUE)
     if type(initial) is not float:
         return None
     # what the last restructuring derived: an oldest start in range, the others' earliest event in range or none
     cdef object others_last = _get(stat, &STAT_OTHERS_LAST)
-    if not (_in_range(_get(stat, &STAT_OLDEST_START)) and (_in_range(others_last) or (type(others_last) is float and others_last == _INF))):
+    if not _in_range(_get(stat, &STAT_OLDEST_START)):
+        return None
+    if not (_in_range(others_last) or (type(others_last) is float and others_last == _INF)):
         return None
     cdef bint roll = (t - <long long>(<object>PyList_GET_ITEM(starts, i)) >= window_ms
                       or <object>PyList_GET_ITEM(counts, i) >= _get(config, &CONFIG_EVENT_WINDOW))
@@ -446,7 +451,7 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
         elapsed = 1
     _set(rate, &RATE_LAST_WINDOW_MS, elapsed)
     # the deadline before which neither a roll-over nor a purge can happen (see Rate._record_and_measure_anew)
-    cdef object roll_at = <object>PyList_GET_ITEM(starts, _get(stat, &STAT_CURRENT)) + window_obj
+    cdef object roll_at = <object>PyList_GET_ITEM(starts, i) + window_obj  # i: the current sample
     others_last = _get(stat, &STAT_OTHERS_LAST)
     _set(rate, &RATE_WIN_DEADLINE, roll_at if type(others_last) is not int else min(roll_at, others_last + expire_ms))
     _set(rate, &RATE_WIN_EPOCH, _get(stat, &STAT_EPOCH))
@@ -458,9 +463,9 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
 
 
 cdef int _restructured(object stat, list starts, list lasts, Py_ssize_t current) except -1:
-    """``SampledStat._restructured`` over samples whose starts and last events are all ints in range (checked by
-    the caller): a fresh epoch, the oldest start (the first of equal ones, as ``min``) and the earliest last event
-    of the samples other than the current one (``math.inf`` where there is none)."""
+    """``SampledStat._restructured`` over one or more samples whose starts and last events are all ints in range
+    (checked by the caller): a fresh epoch, the oldest start (the first of equal ones, as ``min``) and the earliest
+    last event of the samples other than the current one (``math.inf`` where there is none)."""
     cdef Py_ssize_t size = PyList_GET_SIZE(starts)
     cdef Py_ssize_t k, oldest = 0, earliest = -1
     _set(stat, &STAT_EPOCH, next(_EPOCHS))
@@ -473,7 +478,7 @@ cdef int _restructured(object stat, list starts, list lasts, Py_ssize_t current)
         if earliest < 0 or (<long long>(<object>PyList_GET_ITEM(lasts, k))
                             < <long long>(<object>PyList_GET_ITEM(lasts, earliest))):
             earliest = k
-    _set(stat, &STAT_OLDEST_START, <object>PyList_GET_ITEM(starts, oldest) if size else None)
+    _set(stat, &STAT_OLDEST_START, <object>PyList_GET_ITEM(starts, oldest))
     _set(stat, &STAT_OTHERS_LAST, <object>PyList_GET_ITEM(lasts, earliest) if earliest >= 0 else _INF)
     return 0
 
