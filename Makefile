@@ -8,8 +8,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: run demo test lint bench clean test-packages
 
 # Reinstall when the packaging, a .proto or a .pyx changes: setup.py regenerates quotaplane.v1 from protos/ and
-# compiles the Cython hot paths (quotaplane/*/*.pyx).
-$(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto) $(wildcard quotaplane/*/*.pyx)
+# compiles the Cython hot paths (quotaplane/**/*.pyx).
+$(STAMP): pyproject.toml setup.py $(wildcard protos/quotaplane/v1/*.proto) $(wildcard quotaplane/*/*.pyx quotaplane/*/*/*.pyx)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -10,7 +10,8 @@ It also compiles the client quota managers' batch hot path (``quotaplane/quota/_
 Cython. The pure-Python path stays the reference and the fallback: where no C compiler is found the package
 installs without the extension (with a warning) and ``quotaplane.quota.compiled_core()`` returns False. The same
 holds for the Spark telemetry job's point decoder (``quotaplane/spark/_points_compiled.pyx``;
-``quotaplane.spark.compiled_decoder()``).
+``quotaplane.spark.compiled_decoder()``) and a gateway's checks of a columnar usage batch
+(``quotaplane/services/gateway/_usage_compiled.pyx``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def compiled_extensions() -> list[Extension]:
         [
             Extension("quotaplane.quota._record_compiled", ["quotaplane/quota/_record_compiled.pyx"]),
             Extension("quotaplane.spark._points_compiled", ["quotaplane/spark/_points_compiled.pyx"]),
+            Extension(
+                "quotaplane.services.gateway._usage_compiled", ["quotaplane/services/gateway/_usage_compiled.pyx"]
+            ),
         ],
         compiler_directives={"language_level": "3"},
         quiet=True,

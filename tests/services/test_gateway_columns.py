@@ -8,6 +8,7 @@ good batch, the same INVALID_ARGUMENT message for every bad one, on random batch
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -15,9 +16,9 @@ from hypothesis import strategies as st
 
 from quotaplane.actors import pack_columns, unpack_usage
 from quotaplane.actors.shard import _group_by_type
-from quotaplane.services.gateway import GatewayConfig
+from quotaplane.services.gateway import GatewayConfig, _quota_service
 from quotaplane.services.gateway._checks import InvalidArgument
-from quotaplane.services.gateway._quota_service import usage_items, usage_request
+from quotaplane.services.gateway._quota_service import _check_usage_item, usage_items, usage_request
 from quotaplane.v1 import quota_pb2 as pb
 
 CONFIG = GatewayConfig(max_name_length=8, max_batch_items=20)
@@ -131,3 +132,135 @@ def test_a_checked_batchs_columns_give_a_shard_the_items_it_would_get_as_tuples(
     some = sorted(data.draw(st.sets(st.integers(0, len(chunk) - 1), min_size=1)))
     twice = pack_columns([(columns, some), (columns, None)])
     assert unpack_usage(twice) == _group_by_type([tuples[i] for i in some] + tuples)
+
+
+# --- the compiled checks and items (``_usage_compiled.pyx``) against the reference -----------------------------
+compiled = _quota_service._compiled
+
+
+def test_the_compiled_usage_items_are_built():
+    """``make test`` installs the package, which compiles them: a silent fallback would hide a broken build."""
+    assert compiled is not None, "quotaplane.services.gateway._usage_compiled is not importable: did setup.py build it?"
+
+
+def reference_items(types, users, client_ids, values, times):
+    """The reference's answer: None if an item is refused (the walk the gateway runs), else the items."""
+    try:
+        for index, item in enumerate(zip(types, users, client_ids, values, times, strict=True)):
+            _check_usage_item(CONFIG, index, *item)
+    except InvalidArgument:
+        return None
+    names = {pb.PRODUCE: "PRODUCE", pb.FETCH: "FETCH"}
+    return [(names[t], u, c, v, n) for t, u, c, v, n in zip(types, users, client_ids, values, times, strict=True)]
+
+
+def compiled_items(types, users, client_ids, values, times):
+    return compiled.usage_items(
+        types, users, client_ids, values, times, CONFIG.max_name_length, pb.PRODUCE, pb.FETCH, "PRODUCE", "FETCH"
+    )
+
+
+good_name = st.text(alphabet=st.sampled_from("abé\U0001f600"), min_size=1, max_size=8)
+wire_items = st.tuples(
+    st.sampled_from([pb.PRODUCE, pb.FETCH, pb.PRODUCE, pb.FETCH, pb.QUOTA_TYPE_UNSPECIFIED, 7, -1]),
+    st.one_of(good_name, st.text(alphabet=st.sampled_from("ab\x00é\U0001f600"), max_size=10)),
+    st.one_of(good_name, st.just(""), st.text(alphabet=st.sampled_from("ab\x00é\U0001f600"), max_size=10)),
+    st.one_of(
+        st.floats(min_value=0.0, max_value=1e9),
+        st.sampled_from([-0.0, 5e-324, 1.7976931348623157e308, -5e-324, -1.0, math.inf, -math.inf, math.nan]),
+        st.floats(),
+    ),
+    st.one_of(
+        st.integers(min_value=0, max_value=2**63 - 1),
+        st.sampled_from([0, -1, 2**62, 2**63 - 1, -(2**63)]),
+        st.integers(min_value=-(2**63), max_value=-1),
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(wire_items, min_size=1, max_size=5))
+def test_compiled_usage_items_pass_exactly_what_the_reference_passes(chunk):
+    """Values a protobuf message can carry (any float, int64 times, any enum number, names with NUL, accents and
+    astral-plane characters, at and past the length limit): the same items, or None exactly when the reference
+    refuses an item (then the gateway's walk names it)."""
+    columns = [list(column) for column in zip(*chunk, strict=True)]
+    expected = reference_items(*columns)
+    got = compiled_items(*columns)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == expected
+        assert all(a[k] is b[k] for a, b in zip(got, expected, strict=True) for k in range(1, 5))  # no copies
+
+
+@pytest.mark.parametrize(
+    ("index", "junk"),
+    [
+        (0, True),  # a bool is not a quota type
+        (1, b"alice"),  # bytes are not a name
+        (2, None),
+        (3, 1),  # an int value: the reference would zip it as it is; the compiled pass leaves that to it
+        (4, 1.0),  # a float time
+        (4, True),
+        (4, 2**64),  # past a C long long
+    ],
+)
+def test_compiled_usage_items_leave_anything_but_the_wire_types_to_the_reference(index, junk):
+    columns = [[pb.PRODUCE, pb.FETCH], ["u", "v"], ["c", ""], [1.0, 2.0], [5, 6]]
+    assert compiled_items(*columns) == reference_items(*columns)
+    columns[index][1] = junk
+    assert compiled_items(*columns) is None
+
+
+GOOD = [[pb.PRODUCE, pb.FETCH], ["u", "vvvvvvv\U0001f600"], ["c", ""], [1.0, -0.0], [5, 0]]
+
+
+@pytest.mark.parametrize(
+    ("index", "bad", "accepted"),
+    [
+        (0, pb.QUOTA_TYPE_UNSPECIFIED, False),
+        (0, 7, False),
+        (1, "", False),  # a user must not be empty
+        (1, "u" * 9, False),  # over max_name_length (8)
+        (1, "u" * 8, True),
+        (1, "\U0001f600" * 8, True),  # a character, not a byte or a UTF-16 unit, counts
+        (1, "u\x00", False),
+        (2, "c" * 9, False),
+        (2, "c\x00", False),
+        (2, "\x00", False),
+        (3, -1.0, False),
+        (3, -5e-324, False),
+        (3, math.inf, False),
+        (3, -math.inf, False),
+        (3, math.nan, False),
+        (3, 1.7976931348623157e308, True),
+        (3, 0.0, True),
+        (4, -1, False),
+        (4, -(2**63), False),
+        (4, 2**63 - 1, True),
+    ],
+)
+def test_compiled_usage_items_check_each_field_as_the_reference(index, bad, accepted):
+    """One field of the second item changed in a good batch: passed or refused exactly as the reference does."""
+    columns = [list(column) for column in GOOD]
+    columns[index][1] = bad
+    assert (reference_items(*columns) is not None) == accepted
+    assert compiled_items(*columns) == reference_items(*columns)
+
+
+def test_compiled_usage_items_refuse_columns_of_unequal_length():
+    assert compiled_items([pb.PRODUCE], ["u"], ["c"], [1.0], []) is None
+    assert compiled_items([pb.PRODUCE], ["u"], [], [1.0], [1]) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(items, max_size=22), st.booleans())
+def test_the_reference_alone_checks_columns_exactly_as_items(chunk, stamped):
+    """Where the compiled pass is not built: the column-at-a-time reference gives the same answers too."""
+    with mock.patch.object(_quota_service, "_compiled", None):
+        by_items, by_columns = outcome(as_items(chunk, stamped)), outcome(as_columns(chunk, stamped))
+    if isinstance(by_items, list) and isinstance(by_columns, list):
+        assert repr(by_columns) == repr(by_items)
+    else:
+        assert by_columns == by_items

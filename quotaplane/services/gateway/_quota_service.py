@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 
 from quotaplane.actors import RequestColumns
+from quotaplane.compiled import load_compiled
 from quotaplane.v1 import quota_pb2 as pb
 from quotaplane.v1 import quota_pb2_grpc
 
@@ -46,6 +47,9 @@ QUOTA_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QuotaService"].full_name
 _TYPE_NAMES = {pb.PRODUCE: "PRODUCE", pb.FETCH: "FETCH"}
 #: the wire's PRODUCE (1) and FETCH (2) as the shards' usage columns code them (0, 1)
 _TYPE_CODES = bytes.maketrans(bytes([pb.PRODUCE, pb.FETCH]), b"\x00\x01")
+#: the compiled ``usage_items`` (``_usage_compiled.pyx``: a columnar batch's checks and items in one C pass), or
+#: None where it was not built; ``_usage_columns`` below is its reference
+_compiled = load_compiled(f"{__package__}._usage_compiled")
 _REPLICATION_NAMES = {
     pb.LEADER_REPLICATION: "LEADER_REPLICATION",
     pb.FOLLOWER_REPLICATION: "FOLLOWER_REPLICATION",
@@ -133,6 +137,12 @@ def _usage_columns(
     if len(times) != count:
         raise InvalidArgument(f"now_ms has {len(times)} entries for {count} items: one per item, or none")
     max_name = config.max_name_length
+    if _compiled is not None:  # one C pass: checks and items (None: the reference below decides)
+        items = _compiled.usage_items(
+            types, users, client_ids, values, times, max_name, pb.PRODUCE, pb.FETCH, "PRODUCE", "FETCH"
+        )
+        if items is not None:
+            return items, (bytes(types).translate(_TYPE_CODES), users, client_ids, values, times)
     # a NaN or an infinity makes the sum non-finite; so may a sum of huge values, and then no item is refused
     if not (
         _TYPE_NAMES.keys() >= set(types)
