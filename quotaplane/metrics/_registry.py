@@ -37,6 +37,11 @@ class MetricName:
     def tags(self) -> dict[str, str]:
         return dict(self._tags)
 
+    @property
+    def tag_items(self) -> tuple[tuple[str, str], ...]:
+        """The tags as ``(key, value)`` pairs in their order, without a dict made (``tags.items()``, kept)."""
+        return self._tags
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MetricName):
             return NotImplemented

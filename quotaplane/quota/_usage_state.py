@@ -111,7 +111,7 @@ class UsageSnapshot:
                     "samples": c.samples,
                     "window_ms": c.window_ms,
                     "metric": [c.names[0].name, c.names[0].group] if c.names else None,
-                    "tags": [list(name.tags.items()) for name in c.names],
+                    "tags": [name.tag_items for name in c.names],  # pairs, in order: JSON lists
                     "total": len(c.starts),
                 }
             )
