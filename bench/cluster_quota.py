@@ -299,6 +299,7 @@ def run_cluster(
     import grpc
     import ray
 
+    from quotaplane.gc_pause import freeze_long_lived
     from quotaplane.services.launcher import launch
     from quotaplane.v1 import admin_pb2 as admin_pb
     from quotaplane.v1 import admin_pb2_grpc
@@ -333,6 +334,7 @@ def run_cluster(
                 if args.leased:
                     _lease_everything(admin)
             cluster.wait_caught_up()
+            freeze_long_lived()  # as `quotaplane up` does once it is ready: start-up's objects out of full collections
             end = ray.get(cluster.controller.end_offset.remote())
             while cluster.gateway.config_offset < end:
                 time.sleep(0.01)
