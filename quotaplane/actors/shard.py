@@ -78,7 +78,6 @@ from quotaplane.quota import (
     export_usage,
     import_usage,
 )
-from quotaplane.switch_interval import use_serving_switch_interval
 
 from ._connection_host import ConnectionHost
 from ._direct import DirectAddress, DirectChannelServer, serialized
@@ -185,8 +184,6 @@ class ShardActor(StandbyMember):
         #: full collections between decisions do not walk them (``freeze_long_lived``)
         self.gc_frozen_objects = freeze_long_lived()
         phases.mark("gc_freeze")
-        #: the GIL's turns between the serving thread and the checkpoint's and archive's (``switch_interval``)
-        self.switch_interval_s = use_serving_switch_interval(strict=False)  # a bad override must not stop a shard
         #: where this incarnation's start went (ms): its process' start to ``__init__`` (the worker's own start,
         #: Ray's and quotaplane's imports), then each step of ``__init__`` (``info()["start_phases_ms"]``)
         self.start_phases_ms = phases.done(self._started_ms)
@@ -660,7 +657,6 @@ class ShardActor(StandbyMember):
             "reshard": self.reshard.info(),
             "start_phases_ms": self.start_phases_ms,
             "gc_frozen_objects": self.gc_frozen_objects,
-            "switch_interval_s": self.switch_interval_s,
             "standby": self.standby,
             "serving": self.serving,
             "takeovers": self.takeovers,

@@ -222,11 +222,6 @@ def test_a_started_shard_keeps_what_it_started_with_out_of_its_collections(clust
     assert "gc_freeze" in info["start_phases_ms"]
 
 
-def test_a_started_shard_hands_the_gil_over_in_short_turns(cluster: Cluster) -> None:
-    """Its serving thread waits at most 0.5 ms, not CPython's 5, for a checkpoint or archive thread's GIL."""
-    assert ray.get(cluster.shards[0].info.remote())["switch_interval_s"] == pytest.approx(0.0005)
-
-
 # --- (e) a controller crash ---------------------------------------------------------------------------
 def test_e_a_killed_controller_reopens_its_log_and_keeps_streaming(cluster: Cluster) -> None:
     for i in range(5):

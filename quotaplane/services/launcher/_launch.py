@@ -17,8 +17,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quotaplane.switch_interval import use_serving_switch_interval
-
 from ._checks import (
     SOCKET_PATH_MAX,
     check_port,
@@ -144,11 +142,6 @@ def launch(
         raise LaunchError(f"--metrics-port must differ from the admin and gateway ports, got {metrics_port}")
     shard_resources = checked_resources("--shard-resource", shard_resources)
     controller_resources = checked_resources("--controller-resource", controller_resources)
-    try:
-        # this process hosts the gateway and the frontend: their threads hand the GIL over in short turns
-        use_serving_switch_interval()
-    except ValueError as e:
-        raise LaunchError(str(e)) from None
     say = say or (lambda _line: None)
     data_dir = Path(data_dir).absolute()
     lock_fd = prepare_data_dir(data_dir)
