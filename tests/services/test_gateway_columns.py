@@ -2,7 +2,9 @@
 
 The columnar check (``_usage_columns``) tests whole columns at once and walks a column item by item only when
 it fails; these tests hold it to the per-item check (``usage_items`` of ``items``): the same tuples for every
-good batch, the same INVALID_ARGUMENT message for every bad one, on random batches.
+good batch, the same INVALID_ARGUMENT message for every bad one, on random batches. Where it is built, a compiled
+pass (``_usage_compiled.pyx``) checks a batch and builds its items first; the tests below hold it to the
+reference, and the reference alone to the per-item check.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ item's five fields once, checks them with C comparisons and builds its tuple.
 ``usage_items`` answers None for any batch it does not pass whole (an item out of range, an unexpected type,
 columns of unequal length); the caller then runs the reference, which raises INVALID_ARGUMENT naming the first bad
 item and field, or, on a batch the reference passes after all, builds the items itself. So this module decides no
-error message and passes nothing the reference refuses: ``tests/services/test_gateway_usage_compiled.py`` holds
+error message and passes nothing the reference refuses: ``tests/services/test_gateway_columns.py`` holds
 the two to the same answers on random junk.
 
 Built by ``setup.py`` with the quota core's extension (Cython, at install); without it the reference runs.
