@@ -137,27 +137,36 @@ def _usage_columns(
     if len(times) != count:
         raise InvalidArgument(f"now_ms has {len(times)} entries for {count} items: one per item, or none")
     max_name = config.max_name_length
+    items = None
     if _compiled is not None:  # one C pass: checks and items (None: the reference below decides)
         items = _compiled.usage_items(
-            types, users, client_ids, values, times, max_name, pb.PRODUCE, pb.FETCH, "PRODUCE", "FETCH"
+            types,
+            users,
+            client_ids,
+            values,
+            times,
+            max_name,
+            pb.PRODUCE,
+            pb.FETCH,
+            _TYPE_NAMES[pb.PRODUCE],
+            _TYPE_NAMES[pb.FETCH],
         )
-        if items is not None:
-            return items, (bytes(types).translate(_TYPE_CODES), users, client_ids, values, times)
-    # a NaN or an infinity makes the sum non-finite; so may a sum of huge values, and then no item is refused
-    if not (
-        _TYPE_NAMES.keys() >= set(types)
-        and min(values) >= 0.0
-        and math.isfinite(sum(values))
-        and min(map(len, users)) > 0
-        and max(map(len, users)) <= max_name
-        and max(map(len, client_ids)) <= max_name
-        and "\x00" not in "".join(users)
-        and "\x00" not in "".join(client_ids)
-        and min(times) >= 0
-    ):
-        for index, item in enumerate(zip(types, users, client_ids, values, times, strict=True)):
-            _check_usage_item(config, index, *item)
-    items = list(zip(map(_TYPE_NAMES.__getitem__, types), users, client_ids, values, times, strict=True))
+    if items is None:
+        # a NaN or an infinity makes the sum non-finite; so may a sum of huge values, and then no item is refused
+        if not (
+            _TYPE_NAMES.keys() >= set(types)
+            and min(values) >= 0.0
+            and math.isfinite(sum(values))
+            and min(map(len, users)) > 0
+            and max(map(len, users)) <= max_name
+            and max(map(len, client_ids)) <= max_name
+            and "\x00" not in "".join(users)
+            and "\x00" not in "".join(client_ids)
+            and min(times) >= 0
+        ):
+            for index, item in enumerate(zip(types, users, client_ids, values, times, strict=True)):
+                _check_usage_item(config, index, *item)
+        items = list(zip(map(_TYPE_NAMES.__getitem__, types), users, client_ids, values, times, strict=True))
     return items, (bytes(types).translate(_TYPE_CODES), users, client_ids, values, times)
 
 

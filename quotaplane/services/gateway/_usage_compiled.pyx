@@ -17,10 +17,8 @@ Built by ``setup.py`` with the quota core's extension (Cython, at install); with
 """
 
 from cpython.float cimport PyFloat_AS_DOUBLE
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.ref cimport Py_INCREF
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
 cdef extern from "Python.h":
     Py_ssize_t PyUnicode_GET_LENGTH(object text)
@@ -61,9 +59,8 @@ def usage_items(
     cdef int overflow = 0
     cdef long long code, when
     cdef double value
-    cdef object quota_type, user, client_id, number, time_ms, name
-    cdef tuple item
-    cdef list items
+    cdef object quota_type, user, client_id, number, time_ms
+    cdef list items = []
     if not (
         PyList_GET_SIZE(users) == count
         and PyList_GET_SIZE(client_ids) == count
@@ -71,7 +68,6 @@ def usage_items(
         and PyList_GET_SIZE(times) == count
     ):
         return None
-    # every item checked before any tuple is built: a refused batch costs no allocation
     for k in range(count):
         quota_type = <object>PyList_GET_ITEM(quota_types, k)
         if type(quota_type) is not int:
@@ -91,29 +87,9 @@ def usage_items(
         when = PyLong_AsLongLongAndOverflow(time_ms, &overflow)
         if overflow != 0 or when < 0:
             return None
-        if not _name_ok(<object>PyList_GET_ITEM(users, k), max_name, False):
-            return None
-        if not _name_ok(<object>PyList_GET_ITEM(client_ids, k), max_name, True):
-            return None
-    items = PyList_New(count)
-    for k in range(count):
-        code = PyLong_AsLongLongAndOverflow(<object>PyList_GET_ITEM(quota_types, k), &overflow)
-        name = produce_name if code == produce else fetch_name
         user = <object>PyList_GET_ITEM(users, k)
         client_id = <object>PyList_GET_ITEM(client_ids, k)
-        number = <object>PyList_GET_ITEM(values, k)
-        time_ms = <object>PyList_GET_ITEM(times, k)
-        item = PyTuple_New(5)
-        Py_INCREF(name)
-        PyTuple_SET_ITEM(item, 0, name)
-        Py_INCREF(user)
-        PyTuple_SET_ITEM(item, 1, user)
-        Py_INCREF(client_id)
-        PyTuple_SET_ITEM(item, 2, client_id)
-        Py_INCREF(number)
-        PyTuple_SET_ITEM(item, 3, number)
-        Py_INCREF(time_ms)
-        PyTuple_SET_ITEM(item, 4, time_ms)
-        Py_INCREF(item)
-        PyList_SET_ITEM(items, k, item)
+        if not (_name_ok(user, max_name, False) and _name_ok(client_id, max_name, True)):
+            return None
+        items.append((produce_name if code == produce else fetch_name, user, client_id, number, time_ms))
     return items
