@@ -141,13 +141,18 @@ cdef long long _TIME_LIMIT = 1LL << 62
 cdef long long _SMALL_LIMIT = 1LL << 30
 
 
-cdef inline bint _small_window(object config):
-    """The config's window length and sample count exact ints in ``(0, 2**30)``: the padding arithmetic on them
-    (``(samples - 1) * window_ms``, ``samples * window_ms``) cannot overflow a C long long."""
-    cdef object window_ms = _get(config, &CONFIG_TIME_WINDOW_MS)
-    cdef object samples = _get(config, &CONFIG_SAMPLES)
-    return (type(window_ms) is int and 0 < window_ms < _SMALL_LIMIT
-            and type(samples) is int and 0 < samples < _SMALL_LIMIT)
+cdef inline bint _small_window(object config, long long *window_ms, long long *samples):
+    """The config's window length and sample count into ``window_ms`` and ``samples`` when both are exact ints in
+    ``(0, 2**30)``: the padding arithmetic on them (``(samples - 1) * window_ms``, ``samples * window_ms``) cannot
+    overflow a C long long. False otherwise."""
+    cdef object window_obj = _get(config, &CONFIG_TIME_WINDOW_MS)
+    cdef object samples_obj = _get(config, &CONFIG_SAMPLES)
+    if not (type(window_obj) is int and 0 < window_obj < _SMALL_LIMIT
+            and type(samples_obj) is int and 0 < samples_obj < _SMALL_LIMIT):
+        return False
+    window_ms[0] = window_obj
+    samples[0] = samples_obj
+    return True
 
 
 cdef inline bint _as_addend(object value, double *addend):
@@ -301,7 +306,8 @@ cdef object _record_and_measure(object rate, object config, object value, object
     if not _in_range(now_ms):
         return None
     cdef long long t = now_ms
-    if not _small_window(config):
+    cdef long long window_ms = 0, samples = 0
+    if not _small_window(config, &window_ms, &samples):
         return None
     cdef Py_ssize_t i = _get(stat, &STAT_CURRENT)
     cdef list counts = _get(stat, &STAT_COUNTS)
@@ -316,7 +322,7 @@ cdef object _record_and_measure(object rate, object config, object value, object
     cdef object win_now = _get(rate, &RATE_WIN_NOW)
     cdef bint same_ms = _in_range(win_now) and <long long>win_now == t
     cdef object deadline, oldest_start_obj
-    cdef long long window_ms, padded_windows, full_windows, oldest_start
+    cdef long long padded_windows, full_windows, oldest_start
     cdef long long elapsed = 0
     cdef double seconds
     if not same_ms:
@@ -326,8 +332,7 @@ cdef object _record_and_measure(object rate, object config, object value, object
         oldest_start_obj = _get(stat, &STAT_OLDEST_START)
         if not _in_range(oldest_start_obj):
             return None
-        window_ms = _get(config, &CONFIG_TIME_WINDOW_MS)
-        padded_windows = _get(config, &CONFIG_SAMPLES) - 1
+        padded_windows = samples - 1
         oldest_start = oldest_start_obj
         elapsed = t - oldest_start  # _padded_window_ms, written out
         full_windows = elapsed // window_ms
@@ -365,9 +370,9 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     cdef object stat = _get(rate, &RATE_STAT)
     if type(stat) is not _WindowedSum or _get(rate, &RATE_UNIT) is not _SECONDS:
         return None
-    if not _in_range(now_ms) or not _small_window(config):
+    cdef long long window_ms = 0, samples = 0
+    if not _in_range(now_ms) or not _small_window(config, &window_ms, &samples):
         return None
-    cdef object window_obj = _get(config, &CONFIG_TIME_WINDOW_MS)
     cdef object current_obj = _get(stat, &STAT_CURRENT)
     cdef object starts_obj = _get(stat, &STAT_STARTS)
     cdef object lasts_obj = _get(stat, &STAT_LASTS)
@@ -384,8 +389,6 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
     if size == 0 or not (PyList_GET_SIZE(lasts) == PyList_GET_SIZE(values) == PyList_GET_SIZE(counts) == size):
         return None
     cdef long long t = now_ms
-    cdef long long window_ms = window_obj
-    cdef long long samples = _get(config, &CONFIG_SAMPLES)
     cdef long long expire_ms = samples * window_ms
     if not (0 <= current_obj < size):
         return None
@@ -451,7 +454,8 @@ cdef object _record_and_measure_anew(object rate, object config, object value, o
         elapsed = 1
     _set(rate, &RATE_LAST_WINDOW_MS, elapsed)
     # the deadline before which neither a roll-over nor a purge can happen (see Rate._record_and_measure_anew)
-    cdef object roll_at = <object>PyList_GET_ITEM(starts, i) + window_obj  # i: the current sample
+    # i: the current sample, its start in range (checked, or the roll's time): the sum fits a long long
+    cdef object roll_at = <long long>(<object>PyList_GET_ITEM(starts, i)) + window_ms
     others_last = _get(stat, &STAT_OTHERS_LAST)
     _set(rate, &RATE_WIN_DEADLINE, roll_at if type(others_last) is not int else min(roll_at, others_last + expire_ms))
     _set(rate, &RATE_WIN_EPOCH, _get(stat, &STAT_EPOCH))
