@@ -10,8 +10,9 @@ It also compiles the client quota managers' batch hot path (``quotaplane/quota/_
 Cython. The pure-Python path stays the reference and the fallback: where no C compiler is found the package
 installs without the extension (with a warning) and ``quotaplane.quota.compiled_core()`` returns False. The same
 holds for the Spark telemetry job's point decoder (``quotaplane/spark/_points_compiled.pyx``;
-``quotaplane.spark.compiled_decoder()``) and a gateway's checks of a columnar usage batch
-(``quotaplane/services/gateway/_usage_compiled.pyx``).
+``quotaplane.spark.compiled_decoder()``), a gateway's checks of a columnar usage batch
+(``quotaplane/services/gateway/_usage_compiled.pyx``) and a shard's unpacking of one
+(``quotaplane/actors/_unpack_compiled.pyx``).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def compiled_extensions() -> list[Extension]:
         [
             Extension("quotaplane.quota._record_compiled", ["quotaplane/quota/_record_compiled.pyx"]),
             Extension("quotaplane.spark._points_compiled", ["quotaplane/spark/_points_compiled.pyx"]),
+            Extension("quotaplane.actors._unpack_compiled", ["quotaplane/actors/_unpack_compiled.pyx"]),
             Extension(
                 "quotaplane.services.gateway._usage_compiled", ["quotaplane/services/gateway/_usage_compiled.pyx"]
             ),

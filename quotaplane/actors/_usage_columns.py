@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from quotaplane.compiled import load_compiled
 from quotaplane.quota import QuotaType, UsageItem
 
 __all__ = [
@@ -45,6 +46,9 @@ _CODES = {"PRODUCE": b"\x00", "FETCH": b"\x01"}
 _SWAP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 _SEPARATOR = "\x00"
 _NATIVE_LITTLE = sys.byteorder == "little"
+#: the compiled ``unpack_rows`` (``_unpack_compiled.pyx``: the checks, the core's tuples and the split by quota type
+#: in one C pass), or None where it was not built; ``unpack_usage``'s own walk below is its reference
+_compiled = load_compiled(f"{__package__}._unpack_compiled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,10 @@ def unpack_usage(columns: object) -> dict[QuotaType, tuple[list[int] | None, lis
     nothing recorded)."""
     if not isinstance(columns, UsageColumns):
         raise ValueError(f"expected UsageColumns, got {type(columns).__name__}")
+    if _compiled is not None:
+        groups = _unpack_compiled(columns)
+        if groups is not None:
+            return groups
     count = columns.count
     if type(count) is not int or count < 1:
         raise ValueError(f"usage columns: count must be an int >= 1, got {count!r}")
@@ -186,3 +194,22 @@ def unpack_usage(columns: object) -> dict[QuotaType, tuple[list[int] | None, lis
             list(itertools.compress(rows, selector)),
         )
     return groups
+
+
+def _unpack_compiled(columns: UsageColumns) -> dict[QuotaType, tuple[list[int] | None, list[UsageItem]]] | None:
+    """``unpack_usage``'s answer from the compiled pass, or None where it does not pass the columns whole (then the
+    reference decides: it raises naming what is wrong, or unpacks them itself)."""
+    fields = (columns.count, columns.quota_types, columns.users, columns.client_ids, columns.values, columns.times_ms)
+    if tuple(map(type, fields)) != (int, bytes, str, str, bytes, bytes) or len(columns.quota_types) != columns.count:
+        return None
+    users = columns.users.split(_SEPARATOR)
+    client_ids = columns.client_ids.split(_SEPARATOR)
+    unpacked = _compiled.unpack_rows(columns.quota_types, users, client_ids, columns.values, columns.times_ms)
+    if unpacked is None:
+        return None
+    produce_indices, produce_rows, fetch_indices, fetch_rows = unpacked
+    if not fetch_rows:
+        return {QuotaType.PRODUCE: (None, produce_rows)}
+    if not produce_rows:
+        return {QuotaType.FETCH: (None, fetch_rows)}
+    return {QuotaType.PRODUCE: (produce_indices, produce_rows), QuotaType.FETCH: (fetch_indices, fetch_rows)}
