@@ -5,7 +5,7 @@ quota type in one pass.
 ``_usage_columns.unpack_usage`` is the reference. It checks the columns with Python's C loops and builds the
 core's ``(user, client_id, value, now_ms)`` tuples with ``zip`` and ``itertools.compress``. Measured on
 bench/cluster_quota.py's 1000-item micro-batches (a shard's in-process replay): ~550 us of a ~3.4 ms
-``serve_at``, the most of it outside the core, of which the checks ~130 us (``min`` and ``sum`` over the
+``serve_at``, its largest part outside the core: the checks ~130 us (``min`` and ``sum`` over the
 ``array`` columns make a Python float or int of every item to compare it), the tuples ~150 us (the same boxing
 again) and the split ~130 us. Here the values and times are read from the columns' bytes as C numbers, checked
 with C comparisons, and boxed once, into the tuple the core takes.
