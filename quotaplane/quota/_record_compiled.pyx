@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=False
-"""The client quota managers' batch hot path, compiled: ``_plain_width`` and ``_record_plain_batch``.
+"""The client quota managers' batch hot path, compiled: ``_plain_width`` and ``_record_plain_batch``, and the
+throttle-time recordings of ``throttle_batch`` (a shard's answered throttles, a tenth of a batch's items under load).
 
 The pure-Python functions in ``_client.py`` (and ``Rate.record_and_measure`` in ``metrics/_rate.py``) are
 the reference; this module does the same work per item without the interpreter's bytecode dispatch, without a
@@ -32,7 +33,7 @@ from quotaplane.metrics._config import MetricConfig, Quota, TimeUnit
 from quotaplane.metrics._rate import Rate
 from quotaplane.metrics._registry import KafkaMetric
 from quotaplane.metrics._sensor import Sensor
-from quotaplane.metrics._stats import WindowedSum, _epochs
+from quotaplane.metrics._stats import Avg, WindowedSum, _epochs
 
 
 # --- slots read by their offset ----------------------------------------------------------------------------
@@ -129,9 +130,21 @@ cdef Slot QUOTA_BOUND = _slot(Quota, "bound")
 cdef Slot QUOTA_UPPER = _slot(Quota, "upper")
 cdef Slot METRIC_CONFIG = _slot(KafkaMetric, "config")
 cdef Slot SENSOR_LAST_RECORD_TIME_MS = _slot(Sensor, "last_record_time_ms")
+cdef Slot SENSOR_SHOULD_RECORD = _slot(Sensor, "_should_record")
+cdef Slot SENSOR_RECORDERS = _slot(Sensor, "_recorders")
+cdef Slot SENSOR_PARENTS = _slot(Sensor, "parents")
+cdef Slot METRIC_STAT = _slot(KafkaMetric, "stat")
+cdef Slot AVG_COUNTS = _slot(Avg, "_counts")
+cdef Slot AVG_CURRENT = _slot(Avg, "_current")
+cdef Slot AVG_LASTS = _slot(Avg, "_lasts")
+cdef Slot AVG_STARTS = _slot(Avg, "_starts")
+cdef Slot AVG_VALUES = _slot(Avg, "_values")
 
 cdef object _SECONDS = TimeUnit.SECONDS
 cdef object _WindowedSum = WindowedSum
+cdef object _Avg = Avg
+cdef object _Sensor = Sensor
+cdef object _KafkaMetric = KafkaMetric
 #: the sampled stats' epoch numbers (``SampledStat._restructured`` takes the next one at each structural change)
 cdef object _EPOCHS = _epochs
 
@@ -499,3 +512,65 @@ cdef double _java_sum(list values) except? -1.0:
         else:
             total += <double>float(v)
     return total
+
+
+# --- the throttle-time metric ------------------------------------------------------------------------------------
+def record_throttle_times(object cached_get, object items, object throttle):
+    """``ClientQuotaManager.throttle_batch``'s loop: for each ``(user, client_id, throttle_time_ms, now_ms)``, the
+    throttle recorded in the client's ``throttle-time`` sensor (Kafka's broker records each throttle it applies).
+
+    ``cached_get`` finds a client's cached ``ClientSensors`` by ``(user, client_id)``; an item without them, or with
+    anything but an int >= 0 as its time, goes to ``throttle`` (the checked call), as in the reference. A
+    recording that stays in the sensor's current sample (the common case: one roll-over a window per client) is
+    done here; any other (a new or rolled sample, a sensor of another shape) goes to ``Sensor.record``."""
+    cdef object user, client_id, throttle_ms, now_ms, sensors
+    for user, client_id, throttle_ms, now_ms in items:
+        sensors = cached_get((user, client_id))
+        if sensors is None or type(throttle_ms) is not int or type(now_ms) is not int or throttle_ms < 0:
+            throttle(user, client_id, throttle_ms, now_ms)
+        elif throttle_ms > 0:
+            sensor = sensors.throttle_time_sensor
+            value = float(throttle_ms)
+            if not _record_in_current_sample(sensor, value, now_ms):
+                sensor.record(value, now_ms)
+    return None
+
+
+cdef bint _record_in_current_sample(object sensor, object value, object now_ms) except -1:
+    """``sensor.record(value, now_ms)`` for a sensor of one ``Avg`` metric without a quota and without parents,
+    whose current sample takes the value (within its time and event windows): the sensor's last recording time,
+    and the sample's value, count and last event, as ``Sensor.record`` and ``SampledStat.record`` set them. False,
+    with nothing changed, for anything else."""
+    cdef object recorders, metric, stat, config, starts, counts, values, lasts, current, count
+    if type(sensor) is not _Sensor or _get(sensor, &SENSOR_SHOULD_RECORD) is not True or _get(sensor, &SENSOR_PARENTS):
+        return False
+    recorders = _get(sensor, &SENSOR_RECORDERS)
+    if type(recorders) is not tuple or len(recorders) != 1:
+        return False
+    metric = (<tuple>recorders)[0][0]
+    if type(metric) is not _KafkaMetric:
+        return False
+    stat = _get(metric, &METRIC_STAT)
+    config = _get(metric, &METRIC_CONFIG)
+    if type(stat) is not _Avg or type(config) is not MetricConfig or _get(config, &CONFIG_QUOTA) is not None:
+        return False
+    starts = _get(stat, &AVG_STARTS)
+    counts = _get(stat, &AVG_COUNTS)
+    values = _get(stat, &AVG_VALUES)
+    lasts = _get(stat, &AVG_LASTS)
+    current = _get(stat, &AVG_CURRENT)
+    if not (type(starts) is list and type(counts) is list and type(values) is list and type(lasts) is list):
+        return False
+    if type(current) is not int or not 0 <= current < len(starts) or len(starts) != len(counts):
+        return False
+    count = counts[current]
+    if (
+        now_ms - starts[current] >= _get(config, &CONFIG_TIME_WINDOW_MS)
+        or count >= _get(config, &CONFIG_EVENT_WINDOW)
+    ):
+        return False  # the sample rolls over: the reference's ``_advance``
+    _set(sensor, &SENSOR_LAST_RECORD_TIME_MS, now_ms)
+    values[current] = values[current] + value
+    counts[current] = count + 1
+    lasts[current] = now_ms
+    return True

@@ -19,7 +19,7 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quotaplane.metrics import KafkaMetric, Rate, Sensor, WindowedSum
+from quotaplane.metrics import Avg, KafkaMetric, Rate, Sensor, WindowedSum
 from quotaplane.quota import (
     ClientQuotaManager,
     ClientQuotaManagerConfig,
@@ -152,11 +152,22 @@ def new_manager(quota_type: QuotaType, quota_value: bool, samples: int, window_s
 
 def samples_of(mgr: ClientQuotaManager) -> dict[str, tuple]:
     """Every Rate's samples as stored (floats by their bits: -0.0 and 0.0 differ, and by type), with what the
-    fused call remembers for the next recording and the sensors' last recording times."""
+    fused call remembers for the next recording and the sensors' last recording times; and every Avg's (the
+    throttle-time sensors')."""
     out: dict[str, tuple] = {}
     for name, sensor in mgr.metrics.sensors.items():
         for metric in sensor.metrics:
             rate = metric.stat
+            if type(rate) is Avg:
+                out[f"{name}/{metric.metric_name}"] = (
+                    list(rate._starts),
+                    list(rate._lasts),
+                    [struct.pack("<d", v) for v in rate._values],
+                    [type(v) for v in rate._values],
+                    list(rate._counts),
+                    rate._current,
+                    sensor.last_record_time_ms,
+                )
             if type(rate) is Rate and type(rate.stat) is WindowedSum:
                 stat = rate.stat
                 out[f"{name}/{metric.metric_name}"] = (
@@ -179,7 +190,11 @@ def run(mgr: ClientQuotaManager, steps: list[tuple]) -> list:
             for entity, bound in step[1]:
                 mgr.update_quota(entity, bound)
         else:
-            answers.append(mgr.record_batch(step[2], step[1]))
+            throttles = mgr.record_batch(step[2], step[1])
+            answers.append(throttles)
+            # as a shard does: each throttle answered goes to the client's throttle-time sensor
+            throttled = [(item, t) for item, t in zip(step[2], throttles, strict=True) if t]
+            mgr.throttle_batch([(item[0], item[1], t, item[3] if len(item) > 3 else step[1]) for item, t in throttled])
     return answers
 
 
@@ -222,6 +237,48 @@ def test_the_c_path_records_most_items() -> None:
     with mock.patch.object(Rate, "record_and_measure", autospec=True, side_effect=reference) as called:
         mgr.record_batch(later, START_MS)
     assert called.call_count == 0
+
+
+def test_the_c_path_records_most_throttle_times() -> None:
+    """A throttled client's throttle times stay in C within a sample; ``Sensor.record`` is called back for the
+    first recording and once a window (the sample rolls over: Kafka's default 30 s windows for this sensor, one
+    recording landing exactly on each window's end), and the Avg it measures is the reference's."""
+    items = [("alice", "c1", 7 + i % 5, START_MS + 100 * i) for i in range(950)]  # 95 s: 4 windows of 30 s
+    managers = []
+    for compiled in (True, False):
+        mgr = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+        if not compiled:
+            mgr.record_compiled = None
+        mgr.record_batch([("alice", "c1", 1.0)], START_MS)  # the client's sensors
+        with mock.patch.object(Sensor, "record", autospec=True, side_effect=Sensor.record) as called:
+            mgr.throttle_batch(items)
+        managers.append((mgr, called.call_count))
+    (compiled_mgr, compiled_calls), (pure_mgr, pure_calls) = managers
+    assert pure_calls == 950
+    assert compiled_calls == 4  # the first recording, and the roll-overs at 30, 60 and 90 s
+    assert samples_of(compiled_mgr) == samples_of(pure_mgr)
+    end = START_MS + 95_000
+    assert metric_values(compiled_mgr.metrics, end) == metric_values(pure_mgr.metrics, end)
+
+
+def test_a_throttle_time_sensor_of_another_shape_is_recorded_by_the_reference() -> None:
+    """A sensor with a parent, or of a subclass, is recorded through ``Sensor.record`` (its parents and properties
+    honoured), never in C."""
+
+    class WatchedSensor(Sensor):
+        __slots__ = ()
+
+    mgr = ClientQuotaManager(ClientQuotaManagerConfig(), QuotaType.PRODUCE)
+    mgr.record_batch([("alice", "c1", 1.0), ("bob", "c2", 1.0)], START_MS)
+    sensors = mgr._cached_sensors()
+    sensors[("alice", "c1")].throttle_time_sensor.__class__ = WatchedSensor
+    parent = mgr.metrics.sensor("a-parent", now_ms=START_MS)
+    sensors[("bob", "c2")].throttle_time_sensor.parents = (parent,)
+    with mock.patch.object(Sensor, "record", autospec=True, side_effect=Sensor.record) as called:
+        mgr.throttle_batch([("alice", "c1", 5, START_MS + 1), ("bob", "c2", 6, START_MS + 2)])
+    recorded = [call.args[0] for call in called.call_args_list]
+    assert recorded[0] is sensors[("alice", "c1")].throttle_time_sensor
+    assert recorded[1] is sensors[("bob", "c2")].throttle_time_sensor and recorded[2] is parent
 
 
 def test_an_object_of_a_subclass_is_read_and_written_through_its_attributes() -> None:
