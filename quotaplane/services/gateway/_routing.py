@@ -284,8 +284,10 @@ class Gateway:
             # one shard owns every key: the items' keys (their metric tags: ~0.4-0.7 ms a 1000 items) cannot change
             # where they go, so they are not resolved; the shard resolves the tags itself, at this offset (the fence)
             return offset, placement, {str(placement.shard_ids[0]): chosen}
-        offset, keys = pending.route(items, indices)
-        placement, cache = self._placement_at(offset)
+        resolved, keys = pending.route(items, indices)
+        if resolved != offset:  # the replica moved on between the two reads
+            offset = resolved
+            placement, cache = self._placement_at(offset)
         owners = list(map(cache.get, keys))
         if None in owners:
             if len(cache) > 100_000:
