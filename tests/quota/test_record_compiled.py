@@ -150,6 +150,18 @@ def new_manager(quota_type: QuotaType, quota_value: bool, samples: int, window_s
     return mgr
 
 
+def _samples(stat: object) -> tuple:
+    """A sampled stat's samples as stored: starts, last events, values by their bits and types, counts, current."""
+    return (
+        list(stat._starts),
+        list(stat._lasts),
+        [struct.pack("<d", v) for v in stat._values],
+        [type(v) for v in stat._values],
+        list(stat._counts),
+        stat._current,
+    )
+
+
 def samples_of(mgr: ClientQuotaManager) -> dict[str, tuple]:
     """Every Rate's samples as stored (floats by their bits: -0.0 and 0.0 differ, and by type), with what the
     fused call remembers for the next recording and the sensors' last recording times; and every Avg's (the
@@ -157,27 +169,13 @@ def samples_of(mgr: ClientQuotaManager) -> dict[str, tuple]:
     out: dict[str, tuple] = {}
     for name, sensor in mgr.metrics.sensors.items():
         for metric in sensor.metrics:
-            rate = metric.stat
-            if type(rate) is Avg:
+            stat = metric.stat
+            if type(stat) is Avg:
+                out[f"{name}/{metric.metric_name}"] = (*_samples(stat), sensor.last_record_time_ms)
+            if type(stat) is Rate and type(stat.stat) is WindowedSum:
                 out[f"{name}/{metric.metric_name}"] = (
-                    list(rate._starts),
-                    list(rate._lasts),
-                    [struct.pack("<d", v) for v in rate._values],
-                    [type(v) for v in rate._values],
-                    list(rate._counts),
-                    rate._current,
-                    sensor.last_record_time_ms,
-                )
-            if type(rate) is Rate and type(rate.stat) is WindowedSum:
-                stat = rate.stat
-                out[f"{name}/{metric.metric_name}"] = (
-                    list(stat._starts),
-                    list(stat._lasts),
-                    [struct.pack("<d", v) for v in stat._values],
-                    [type(v) for v in stat._values],
-                    list(stat._counts),
-                    stat._current,
-                    rate.last_window_ms,
+                    *_samples(stat.stat),
+                    stat.last_window_ms,
                     sensor.last_record_time_ms,
                 )
     return out

@@ -14,9 +14,9 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
-from typing import Any
+from unittest import mock
 
 import grpc
 import pytest
@@ -416,33 +416,25 @@ def test_a_gateway_of_one_shard_routes_without_resolving_the_items_tags(cluster,
     set_quota(admin, core, pb.PRODUCE, "solo-a", None, 1500.0)
     wait_propagated(cluster, cluster.gateway)
     server, port, solo = serve_gateway(cluster.controller, {"solo": cluster.shards["0"]}, "127.0.0.1:0")
-    resolved = {"solo": 0, "pair": 0}
-
-    def counting(name: str, resolve: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def counted(items: Any) -> Any:
-            resolved[name] += 1
-            return resolve(items)
-
-        return counted
-
-    solo.replica.resolve = counting("solo", solo.replica.resolve)
-    cluster.gateway.replica.resolve = counting("pair", cluster.gateway.replica.resolve)
+    replicas = (solo.replica, cluster.gateway.replica)
     try:
-        wait_propagated(cluster, solo)
-        items = workload(["solo-a", "solo-b"], ["k1", "k2"], 300, T0 + 60_000_000, seed=11)
-        answers: list[int] = []
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = quota_pb2_grpc.QuotaServiceStub(channel)
-            for i in range(0, 300, 50):
-                answers.extend(stub.RecordUsageBatch(batch(items[i : i + 50])).throttle_time_ms)
-        assert answers == core.record(items)
-        assert sum(1 for t in answers if t > 0) > 10
-        assert resolved["solo"] == 0
-        later = workload(["solo-c"], ["k1"], 5, T0 + 61_000_000, seed=12)
-        quota.RecordUsageBatch(batch(later))
-        assert resolved["pair"] >= 1
+        with (
+            mock.patch.object(replicas[0], "resolve", wraps=replicas[0].resolve) as solo_resolve,
+            mock.patch.object(replicas[1], "resolve", wraps=replicas[1].resolve) as pair_resolve,
+        ):
+            wait_propagated(cluster, solo)
+            items = workload(["solo-a", "solo-b"], ["k1", "k2"], 300, T0 + 60_000_000, seed=11)
+            answers: list[int] = []
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = quota_pb2_grpc.QuotaServiceStub(channel)
+                for i in range(0, 300, 50):
+                    answers.extend(stub.RecordUsageBatch(batch(items[i : i + 50])).throttle_time_ms)
+            assert answers == core.record(items)
+            assert sum(1 for t in answers if t > 0) > 10
+            assert solo_resolve.call_count == 0
+            quota.RecordUsageBatch(batch(workload(["solo-c"], ["k1"], 5, T0 + 61_000_000, seed=12)))
+            assert pair_resolve.call_count >= 1
     finally:
-        del solo.replica.resolve, cluster.gateway.replica.resolve
         server.stop(0).wait()
 
 
