@@ -90,6 +90,7 @@ from ._replication_state import (
 from ._request import NANOS_TO_PERCENTAGE_PER_SECOND, ClientRequestQuotaManager, nanos_to_percentage
 from ._types import DEFAULT, ClientQuotaEntity, ClientQuotaType, Default, QuotaType, desanitize, sanitize
 from ._usage_state import (
+    TAGS_PART,
     USAGE_STATE_VERSION,
     UsageImport,
     UsageSnapshot,
@@ -119,6 +120,7 @@ __all__ = [
     "PRODUCER_ID_STATE_VERSION",
     "REPLICATION_STATE_VERSION",
     "STRICT_SINCE_VERSION",
+    "TAGS_PART",
     "UNBOUNDED_CONTROLLER_MUTATION_QUOTA",
     "USAGE_STATE_VERSION",
     "USER_CLIENT_ID_QUOTA_ENABLED",

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from quotaplane.actors import _usage_checkpoint as checkpoint
 from quotaplane.actors._usage_checkpoint import (
     CHECKPOINT_FILE,
     UsageCheckpointer,
@@ -121,3 +122,72 @@ def test_a_failing_write_is_counted_and_the_thread_goes_on(tmp_path: Path) -> No
         time.sleep(0.01)
     writer.stop(final=False)
     assert writer.failures >= 2 and writer.writes == 0
+
+
+def test_a_server_waiting_for_the_lock_goes_between_two_parts_of_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython's locks are not fair: without the hand-over the writer, holding the GIL, takes the lock back for
+    its next part before the woken server runs, and a batch waits for the whole copy."""
+    monkeypatch.setattr(checkpoint, "HANDOFF_S", 0.05)  # ample for the woken thread, even on a loaded machine
+    lock = threading.RLock()
+    order: list[str] = []
+    server_started = threading.Event()
+
+    def serve() -> None:
+        server_started.set()
+        with lock:
+            order.append("served")
+
+    def export(hold: Callable[[], Any]) -> UsageSnapshot:
+        with hold():
+            order.append("part 1")
+            server = threading.Thread(target=serve)
+            server.start()
+            server_started.wait()
+            time.sleep(0.05)  # the server is blocked on the lock by now
+        with hold():
+            order.append("part 2")
+        server.join()
+        return _state()
+
+    handed: list[Any] = []
+
+    def to_bytes(snapshot: UsageSnapshot, pause: Callable[[], None]) -> bytes:
+        handed.append(pause)
+        return snapshot.to_bytes(pause)
+
+    UsageCheckpointer(tmp_path / CHECKPOINT_FILE, export, to_bytes, lock, lambda: NOW).write_now()
+    assert order == ["part 1", "served", "part 2"]
+    assert handed == [checkpoint.hand_over]  # the encoding pauses between its parts too
+
+
+class _Waits:
+    """The writer thread's ``_stop``: records how long each wait was to be, and stops it at the third."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+
+    def wait(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        return len(self.timeouts) == 3
+
+    def is_set(self) -> bool:
+        return False
+
+
+def test_the_interval_runs_from_one_checkpoint_start_to_the_next(tmp_path: Path) -> None:
+    """A checkpoint that serves between its parts takes a fair part of its interval; the next one starts one
+    interval after it started, so what a restart forgives stays bounded by the interval."""
+
+    def slow_export(hold: Callable[[], Any]) -> UsageSnapshot:
+        time.sleep(0.2)
+        return _state()
+
+    writer = UsageCheckpointer(
+        tmp_path / CHECKPOINT_FILE, slow_export, UsageSnapshot.to_bytes, threading.RLock(), lambda: NOW, interval_s=1.0
+    )
+    writer._stop = _Waits()  # type: ignore[assignment]
+    writer._run()
+    first, second, third = writer._stop.timeouts  # type: ignore[attr-defined]
+    assert first == 1.0 and 0.0 <= second <= 0.8 and 0.0 <= third <= 0.8 and writer.writes == 2

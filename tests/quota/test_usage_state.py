@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from quotaplane.quota import (
     DEFAULT,
+    TAGS_PART,
     USAGE_STATE_VERSION,
     ClientQuotaEntity,
     QuotaConfig,
@@ -374,3 +375,42 @@ def test_a_sensor_removed_between_the_parts_is_not_copied_and_a_recording_betwee
     assert [name.tags["user"] for name in produce.names] == ["alice", "carol"]
     assert list(produce.values) == [105.0, 207.0]  # each sensor's samples as they were when it was copied
     assert snapshot == export_usage(managers)
+
+
+def _header_in_one_dumps(snapshot: UsageSnapshot) -> bytes:
+    """The header as one ``json.dumps`` of it writes it (the format spelled out)."""
+    import json
+
+    header = {
+        "version": USAGE_STATE_VERSION,
+        "byteorder": sys.byteorder,
+        "managers": [
+            {
+                "kind": kind,
+                "samples": c.samples,
+                "window_ms": c.window_ms,
+                "metric": [c.names[0].name, c.names[0].group] if c.names else None,
+                "tags": [[list(pair) for pair in name.tag_items] for name in c.names],
+                "total": len(c.starts),
+            }
+            for kind, c in snapshot.managers.items()
+        ],
+    }
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(("produce", "fetch"), [(0, 0), (1, 0), (TAGS_PART, 1), (2 * TAGS_PART + 1, TAGS_PART + 1)])
+def test_the_bytes_encoded_with_pauses_between_the_tags_parts_are_the_same(produce: int, fetch: int) -> None:
+    """A checkpoint encodes the header's tags a part at a time and lets the shard serve between the parts; the
+    bytes are the same, and the pause runs once between every two parts of a manager's sensors."""
+    managers = _build(QuotaConfig(), [(QuotaType.PRODUCE, DEFAULT, None, 1000.0)])
+    managers.produce.record_batch([(f"u{i}", "c", 10.0 * i) for i in range(produce)], START_MS)
+    managers.fetch.record_batch([(f"u{i}", f"c{i}", 1.0) for i in range(fetch)], START_MS + 7)
+    snapshot = export_usage(managers)
+    pauses: list[int] = []
+    with_pauses = snapshot.to_bytes(lambda: pauses.append(1))
+    assert with_pauses == snapshot.to_bytes()
+    header = _header_in_one_dumps(snapshot)
+    assert with_pauses[:4] == len(header).to_bytes(4, "big") and with_pauses[4 : 4 + len(header)] == header
+    assert len(pauses) == sum(max(0, -(-n // TAGS_PART) - 1) for n in (produce, fetch))
+    assert UsageSnapshot.from_bytes(with_pauses) == snapshot
