@@ -23,9 +23,11 @@ What it measures
     (``unloaded_one_batch_warm``, its throttle times compared with the core's too), one batch at a time 10,000 s
     later (``unloaded_one_batch_in_flight``: every sensor's first record of the phase rolls its stale window
     over, which is most of the core's work there), one 1-item batch at a time (``unloaded_one_item_in_flight``:
-    the latency of one decision of a Kafka proxy), and the streams paced open-loop at half the measured rate
-    (``half_load_paced``). The core runs the very items of each phase too, in the same order, so it meets the
-    sensors in the state the shards do: ``core_in_process.phases`` is what the core alone needs per batch there.
+    the latency of one decision of a Kafka proxy), the streams paced open-loop at half the measured rate
+    (``half_load_paced``, about half a second), and the same for ``--sustained-items`` (``half_load_sustained``:
+    several seconds, so its tail meets the shards' once-a-second usage checkpoints; p50 to p99.9 and the max).
+    The core runs the very items of each phase too, in the same order, so it meets the sensors in the state the
+    shards do: ``core_in_process.phases`` is what the core alone needs per batch there.
     Batches go as ``UsageColumns`` (``--wire items``: one ``UsageItem`` per item, as before the columnar form
     existed).
 
@@ -105,7 +107,11 @@ PHASES: tuple[tuple[str, int, int, int, int | None, int | None], ...] = (
     ("unloaded_one_batch_in_flight", 1, 10_000_000, 20_000, 1, None),
     ("unloaded_one_item_in_flight", 3, 30_000_000, 2_000, 1, 1),
     ("half_load_paced", 2, 20_000_000, 100_000, None, None),
+    ("half_load_sustained", 5, 40_000_000, 1_200_000, None, None),
 )
+#: The phase whose item count is ``--sustained-items`` (not capped by ``--items``): long enough to meet a shard's
+#: once-a-second usage checkpoints several times (``half_load_paced`` lasts about half a second).
+SUSTAINED = "half_load_sustained"
 
 
 def phase_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +122,7 @@ def phase_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
         **args,
         "seed": args["seed"] + seed,
         "t0": start,
-        "items": min(args["items"], cap),
+        "items": args.get("sustained_items", cap) if name == SUSTAINED else min(args["items"], cap),
         "streams": streams or args["streams"],
         "batch": batch or args["batch"],
     }
@@ -351,7 +357,10 @@ def run_cluster(
 
             client_args = {
                 k: getattr(args, k)
-                for k in ("users", "items", "seed", "streams", "batch", "in_flight", "wire", "leased")
+                for k in (
+                    *("users", "items", "seed", "streams", "batch"),
+                    *("in_flight", "wire", "leased", "sustained_items"),
+                )
             }
             if args.leased:  # the users' keys seen, a renewal round past the books' quiet period: leases held
                 prime_args = {**client_args, "streams": 1, "items": min(args.items, 4 * args.users)}
@@ -377,7 +386,11 @@ def run_cluster(
             half_rate = timed / span / 2 if span > 0 else None
             half_args = {**phase_args("half_load_paced", client_args), "rate": half_rate}
             half = run_client(half_args)
+            # the same rate for several seconds: what the p99 meets when the shards' background work (the usage
+            # checkpoints, the collector) comes round, which the half-second phase above mostly misses
+            sustained = run_client({**phase_args(SUSTAINED, client_args), "rate": half_rate})
     half_latencies = [x for r in half.values() for x in r[1]]
+    sustained_latencies = [x for r in sustained.values() for x in r[1]]
     quiet_latencies = quiet[1]
     latencies = [x for r in results.values() for x in r[1]]
     began = min(r[2] for r in results.values())
@@ -420,6 +433,16 @@ def run_cluster(
             "batch_p99_ms": round(percentile(half_latencies, 0.99) * 1000, 3),
             "batches_timed": len(half_latencies),
             "errors": sum(r[5] for r in half.values()),
+        },
+        SUSTAINED: {
+            "offered_decisions_per_s": round(half_rate) if half_rate else None,
+            "seconds": round(max(r[3] for r in sustained.values()) - min(r[2] for r in sustained.values()), 2),
+            **{
+                f"batch_{name}_ms": round(percentile(sustained_latencies, q) * 1000, 3)
+                for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))
+            },
+            "batches_timed": len(sustained_latencies),
+            "errors": sum(r[5] for r in sustained.values()),
         },
         "unloaded_one_batch_in_flight": {
             "decisions_per_s": round(quiet[4] / (quiet[3] - quiet[2])) if quiet[3] > quiet[2] else None,
@@ -495,14 +518,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="leased budgets on (quotaplane.lease.quota.types=PRODUCE,FETCH): the gateway decides within its "
         "lease, items carry no now_ms (the gateway's clock), decisions are not compared with the core",
     )
+    parser.add_argument(
+        "--sustained-items",
+        type=int,
+        default=1_200_000,
+        help="items of the half_load_sustained phase (paced at half load: ~7 s at 170k decisions/s)",
+    )
     parser.add_argument("--cluster-only", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.items, args.shards, args.users = min(args.items, 6000), "1", min(args.users, 200)
+        args.sustained_items = min(args.sustained_items, 6000)
     shard_counts = [int(s) for s in args.shards.split(",")]
 
     items = workload(args.users, args.items, args.seed)
-    base = {k: getattr(args, k) for k in ("users", "items", "seed", "streams", "batch")}
+    base = {k: getattr(args, k) for k in ("users", "items", "seed", "streams", "batch", "sustained_items")}
     phases = [{**phase_args(name, base), "name": name} for name, *_ in PHASES]
     core, expected = run_core(items, args.users, args.batch, args.streams, phases)
     phase_answers = {name: figures.pop("answers") for name, figures in core["phases"].items()}
@@ -524,6 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "wire": args.wire,
             "quick": args.quick,
             "leased": args.leased,
+            "sustained_items": args.sustained_items,
         },
         "figures": {"core_in_process": core, "cluster": clusters},
         "notes": (
