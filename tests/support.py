@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -21,6 +24,8 @@ T = TypeVar("T")
 #: on long runs, otherwise take about half of those JVMs' CPU time (measured on the 2-core machine: 110 s of CPU
 #: for the standalone test against 55 s). A start-up choice: nothing of Spark's behaviour or the jobs' changes.
 FAST_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: The benchmarks (``bench/*.py``), which the smoke tests run as a user does.
+BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @contextmanager
@@ -183,3 +188,25 @@ def run_threads(target: Callable[[int], None], n: int, *, timeout_s: float = 60.
     for thread in threads:
         thread.join(timeout_s)
     assert not errors, errors
+
+
+def run_bench(
+    script: str,
+    *args: str,
+    timeout: float,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    exit_codes: Sequence[int] = (0,),
+) -> Any:
+    """``bench/<script> args`` in its own process on this interpreter, as a user runs it; the JSON report it
+    prints. Fails with the end of its stderr if it exits with a code not in ``exit_codes``."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
+    assert done.returncode in exit_codes, done.stderr[-3000:]
+    return json.loads(done.stdout)

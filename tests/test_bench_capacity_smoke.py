@@ -4,25 +4,13 @@ ratios are reported, not asserted (they are measurements on a shared machine).""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "capacity.py"
+from tests.support import run_bench
 
 
 def _run(*flags: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--sample", "2e-5", "--sim-s", "120", *flags],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return run_bench("capacity.py", "--quick", "--sample", "2e-5", "--sim-s", "120", *flags, timeout=300)
 
 
 def test_capacity_model_scales_with_the_fleet_and_the_simulation_runs_the_core() -> None:

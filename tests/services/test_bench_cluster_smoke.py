@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "cluster_quota.py"
+from tests.support import run_bench
 
 
 def test_cluster_quota_bench_quick_prints_its_report(tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--items", "3000"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout)
+    report = run_bench("cluster_quota.py", "--quick", "--items", "3000", timeout=180, cwd=tmp_path)
     assert set(report) >= {"workload", "figures", "machine"}
     assert set(report["figures"]) == {"core_in_process", "cluster"}
     [cluster] = report["figures"]["cluster"]

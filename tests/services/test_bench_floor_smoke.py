@@ -3,25 +3,15 @@ echo answered every batch (the bench raises on a wrong answer), and the floor is
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "floor.py"
+from tests.support import BENCH, run_bench
 
 
 def test_floor_bench_quick_prints_its_report(tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--batches", "20", "--batch", "300"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout)
+    report = run_bench("floor.py", "--quick", "--batches", "20", "--batch", "300", timeout=180, cwd=tmp_path)
     assert set(report) >= {"workload", "figures", "machine"}
     assert report["workload"]["batch_items"] == 300
     for name, aim in (("one_batch", 3.0), ("one_item", 1.0)):
@@ -42,7 +32,11 @@ def test_floor_bench_quick_prints_its_report(tmp_path):
 
 def test_floor_bench_refuses_bad_flags(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--batches", "1"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        [sys.executable, str(BENCH / "floor.py"), "--batches", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert done.returncode == 2
     assert "--batches must be >= 2" in done.stderr.strip().splitlines()[-1]

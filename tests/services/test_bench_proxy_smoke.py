@@ -3,37 +3,18 @@ asserts: the figures depend on the machine, only their presence and the counts a
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "proxy.py"
+from tests.support import run_bench
 
 
 def test_proxy_bench_quick_prints_its_report(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--quick",
-            "--messages",
-            "2000",
-            "--latency-messages",
-            "50",
-            # each fleet-budget run: 2 s of load, its second counted as after the warm-up (the keys asserted below)
-            "--budget-seconds",
-            "2",
-            "--warmup-seconds",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
+    report = run_bench(
+        "proxy.py",
+        *("--quick", "--messages", "2000", "--latency-messages", "50"),
+        # each fleet-budget run: 2 s of load, its second counted as after the warm-up (the keys asserted below)
+        *("--budget-seconds", "2", "--warmup-seconds", "1"),
         timeout=300,
         cwd=tmp_path,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout)
     assert report["benchmark"] == "proxy"
     assert set(report) >= {"workload", "results", "machine"}
     assert set(report["results"]) >= {"unthrottled", "fleet_budget"}

@@ -4,24 +4,16 @@ byte was over-admitted); no timing is asserted (the machine is shared)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "reshard.py"
+from tests.support import run_bench
 
 
 def test_reshard_bench_moves_windows_and_decides_as_the_core(tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--tenants", "40", "--warm-s", "3", "--between-s", "1", "--after-s", "1"],
-        capture_output=True,
-        text=True,
+    report = run_bench(
+        "reshard.py",
+        *("--tenants", "40", "--warm-s", "3", "--between-s", "1", "--after-s", "1"),
         timeout=300,
         cwd=tmp_path,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout)
     assert set(report) >= {"workload", "figures", "machine"}
     figures = report["figures"]
     assert [(r["from"], r["to"]) for r in figures["reshards"]] == [(2, 4), (4, 3)]

@@ -5,27 +5,14 @@ the checkpoint); no timing is asserted (the machine is shared)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "shard_restart.py"
+from tests.support import run_bench
 
 
 def test_shard_restart_bench_shows_what_the_checkpoint_saves(tmp_path):
-    done = subprocess.run(
-        # 8 s of load at twice the quota before the kill (12 s with --quick alone): the tenant is over its quota at
-        # the kill (Kafka's rate divides by at least 10 of the 11 one-second samples: 1.6 x the quota), so the
-        # restored windows throttle it and empty ones do not, which is what the asserts compare
-        [sys.executable, str(BENCH), "--quick", "--warm-s", "8", "--after-s", "4"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout)
+    # 8 s of load at twice the quota before the kill (12 s with --quick alone): the tenant is over its quota at the
+    # kill (Kafka's rate divides by at least 10 of the 11 one-second samples: 1.6 x the quota), so the restored
+    # windows throttle it and empty ones do not, which is what the asserts compare
+    report = run_bench("shard_restart.py", "--quick", "--warm-s", "8", "--after-s", "4", timeout=300, cwd=tmp_path)
     assert set(report) >= {"workload", "figures", "machine"}
     with_checkpoint, without = report["figures"]["checkpoint"], report["figures"]["no_checkpoint"]
     assert with_checkpoint["restored_sensors"] >= 1 and with_checkpoint["restored_usage_age_ms"] is not None

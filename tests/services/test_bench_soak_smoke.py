@@ -4,30 +4,21 @@ request failed, and the plot was written (no flatness or timing asserts: too sho
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
+from tests.support import run_bench
 
 
 def test_soak_bench_tiny_run_writes_its_report_and_plot(tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            # 9 s sampled every 1.5 s: 6 samples (the asserts need 4, and thirds of them to judge a trend)
-            *("--minutes", "0.15", "--sample-s", "1.5", "--decisions-per-s", "3000", "--kafka-clients", "10"),
-            *("--admin-every-s", "1", "--shards", "1", "--out", str(out)),
-        ],
-        capture_output=True,
-        text=True,
+    printed = run_bench(
+        "soak.py",
+        # 9 s sampled every 1.5 s: 6 samples (the asserts need 4, and thirds of them to judge a trend)
+        *("--minutes", "0.15", "--sample-s", "1.5", "--decisions-per-s", "3000", "--kafka-clients", "10"),
+        *("--admin-every-s", "1", "--shards", "1", "--out", str(out)),
         timeout=240,
         cwd=tmp_path,
+        exit_codes=(0, 1),  # 1: a series not flat, possible in 9 s
     )
-    assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: a series not flat, possible in 9 s
-    printed = json.loads(done.stdout)
     report = json.loads((out / "soak.json").read_text())
     assert {k: v for k, v in report.items() if k != "samples"} == printed
     assert set(report) >= {"workload", "run", "summary", "samples", "machine", "outputs"}
