@@ -109,9 +109,11 @@ PHASES: tuple[tuple[str, int, int, int, int | None, int | None], ...] = (
     ("half_load_paced", 2, 20_000_000, 100_000, None, None),
     ("half_load_sustained", 5, 40_000_000, 1_200_000, None, None),
 )
-#: The phase whose item count is ``--sustained-items`` (not capped by ``--items``): long enough to meet a shard's
-#: once-a-second usage checkpoints several times (``half_load_paced`` lasts about half a second).
+#: The phase whose item count is ``--sustained-items`` (not capped by ``--items``; its cap above is the flag's
+#: default): long enough to meet a shard's once-a-second usage checkpoints several times (``half_load_paced``
+#: lasts about half a second).
 SUSTAINED = "half_load_sustained"
+SUSTAINED_ITEMS = next(cap for name, _, _, cap, *_ in PHASES if name == SUSTAINED)
 
 
 def phase_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -521,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sustained-items",
         type=int,
-        default=1_200_000,
+        default=SUSTAINED_ITEMS,
         help="items of the half_load_sustained phase (paced at half load: ~7 s at 170k decisions/s)",
     )
     parser.add_argument("--cluster-only", type=int, default=None, help=argparse.SUPPRESS)

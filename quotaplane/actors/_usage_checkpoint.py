@@ -52,7 +52,6 @@ from quotaplane.quota import UsageSnapshot
 __all__ = [
     "CHECKPOINT_FILE",
     "CHECKPOINT_FORMAT",
-    "CHECKPOINT_PART",
     "HANDOFF_S",
     "UsageCheckpointer",
     "decode_checkpoint",
@@ -72,8 +71,6 @@ _HEADER = struct.Struct(">4sHqII")  # magic, format, written_ms, payload length,
 #: How long the writer pauses after each part of its work (``Hand-over`` above): long enough for a woken serving
 #: thread to take the lock (its wake-up is tens of microseconds), short beside a checkpoint's interval.
 HANDOFF_S = 0.0005
-#: Sensors a checkpoint copies under one hold of the serving lock (~1 ms at 8,000 quota sensors).
-CHECKPOINT_PART = 128
 #: temporary files never share a name, so two writers (the thread and a final write) never mix their bytes
 
 

@@ -94,7 +94,7 @@ from ._standby_member import StandbyMember
 from ._start_phases import StartPhases
 from ._telemetry_host import TelemetryHost, archive_writer_id
 from ._throttle_archive import ThrottleArchive, record_throttles
-from ._usage_checkpoint import CHECKPOINT_FILE, CHECKPOINT_PART, UsageCheckpointer, load_checkpoint
+from ._usage_checkpoint import CHECKPOINT_FILE, UsageCheckpointer, load_checkpoint
 from ._usage_columns import COLUMN_KINDS, UsageColumns, last_time_ms, unpack_usage
 from .controller import wall_clock_ms
 
@@ -198,7 +198,7 @@ class ShardActor(StandbyMember):
             return
         self._checkpointer = UsageCheckpointer(
             Path(self.data_dir) / CHECKPOINT_FILE,
-            lambda hold: export_usage(self.quotas, hold=hold, part=CHECKPOINT_PART),
+            lambda hold: export_usage(self.quotas, hold=hold),
             UsageSnapshot.to_bytes,
             self.serving_lock,
             wall_clock_ms,

@@ -4,6 +4,7 @@ answers the rest of the workload exactly as the manager that never stopped."""
 from __future__ import annotations
 
 import itertools
+import json
 import pickle
 import sys
 import zlib
@@ -379,8 +380,6 @@ def test_a_sensor_removed_between_the_parts_is_not_copied_and_a_recording_betwee
 
 def _header_in_one_dumps(snapshot: UsageSnapshot) -> bytes:
     """The header as one ``json.dumps`` of it writes it (the format spelled out)."""
-    import json
-
     header = {
         "version": USAGE_STATE_VERSION,
         "byteorder": sys.byteorder,
