@@ -31,6 +31,11 @@ What it measures
       ``--grpc-in-flight`` calls outstanding: what the frontend's sockets, Kafka framing, per-request
       batching and request quota add on top.
 
+    - ``frontend_alone``: the same load on a frontend started the same way, whose gateway is an echo in a process
+      of its own (``grpc.aio``, every connection admitted, every push accepted at once, nothing decoded): the
+      frontend's own CPU a push and what it can serve when the gateway and the shards cost nothing, so a change
+      to the frontend is measured apart from theirs (``--skip-frontend-alone`` leaves it out).
+
     Figures: handshakes/s (phase 1 wall time), accepted pushes/s in phase 2, push latency p50 / p99
     (request written to answer read, per connection), error codes counted, and the frontend's own
     counters (batches sent per RPC kind, so the batching is visible). Handshake and push are measured
@@ -169,10 +174,10 @@ def ray_process_role(pid: str) -> str | None:
 _CPU_COMPONENTS = {"shard": "shards", "raylet": "ray_system", "gcs_server": "ray_system"}
 
 
-def cpu_snapshot() -> dict[str, float]:
+def cpu_snapshot(extra: dict[str, int] | None = None) -> dict[str, float]:
     """CPU seconds used so far by each part of the system under test (Linux; {} elsewhere): the Python threads
     of this process by name (``launcher_other``: the rest of the process, gRPC's C threads included), the
-    shard actors and Ray's raylet / GCS by command line."""
+    shard actors and Ray's raylet / GCS by command line, and the ``extra`` processes (component -> pid)."""
     if not os.path.isdir("/proc") or not hasattr(time, "pthread_getcpuclockid"):
         return {}
     out: Counter[str] = Counter()
@@ -192,6 +197,8 @@ def cpu_snapshot() -> dict[str, float]:
         component = _CPU_COMPONENTS.get(ray_process_role(pid) or "")
         if component is not None:
             out[component] += _process_cpu_s(int(pid))
+    for component, pid in (extra or {}).items():
+        out[component] += _process_cpu_s(pid)
     return dict(out)
 
 
@@ -228,7 +235,9 @@ def cpu_us_per(before: dict[str, float], after: dict[str, float], clients_s: flo
     return out
 
 
-def run_phased(target: Any, jobs: list[tuple]) -> tuple[list[dict], dict, list[dict], dict]:
+def run_phased(
+    target: Any, jobs: list[tuple], extra: dict[str, int] | None = None
+) -> tuple[list[dict], dict, list[dict], dict]:
     """Run ``target(conn, job)`` in one spawned process per job: each sends its phase-1 (handshake) result,
     waits for "go", then sends its phase-2 (push) result. The CPU of every component is read between the
     phases, so each phase's cost is measured alone. (phase-1 results, CPU before phase 2, phase-2 results,
@@ -242,11 +251,11 @@ def run_phased(target: Any, jobs: list[tuple]) -> tuple[list[dict], dict, list[d
         pipes.append(parent)
         processes.append(process)
     first = [p.recv() for p in pipes]
-    middle = cpu_snapshot()
+    middle = cpu_snapshot(extra)
     for p in pipes:
         p.send("go")
     second = [p.recv() for p in pipes]
-    end = cpu_snapshot()
+    end = cpu_snapshot(extra)
     for process in processes:
         process.join(30)
     return first, middle, second, end
@@ -456,14 +465,14 @@ def _ms(values: list[float], q: float) -> float:
     return round(_percentile(values, q) * 1000, 2)
 
 
-def run_frontend(port: int, args: argparse.Namespace) -> dict:
+def run_frontend(port: int, args: argparse.Namespace, extra: dict[str, int] | None = None) -> dict:
     processes = args.client_processes
     share = [args.clients // processes + (1 if i < args.clients % processes else 0) for i in range(processes)]
     jobs = [
         (port, k, args.seconds, args.interval_ms, args.connect_concurrency, args.seed + i) for i, k in enumerate(share)
     ]
-    before = cpu_snapshot()
-    shakes, middle, parts, end = run_phased(_kafka_client_process, jobs)
+    before = cpu_snapshot(extra)
+    shakes, middle, parts, end = run_phased(_kafka_client_process, jobs, extra)
     latencies = [x for p in parts for x in p["latencies"]]
     handshake_latencies = [x for p in shakes for x in p["handshake_latencies"]]
     get_latencies = [x for p in shakes for x in p["get_latencies"]]
@@ -640,6 +649,91 @@ def run_gateway_only(address: str, args: argparse.Namespace) -> dict:
     return report
 
 
+# --- the frontend alone: an echo gateway (one process) -----------------------------------------------------------
+def _echo_gateway_process(conn: Any, interval_ms: int) -> None:
+    """A TelemetryService and ConnectionService that answer every batch at once with constant results (every
+    connection admitted, every push accepted, a fresh client instance id per subscription request), on
+    ``grpc.aio``: what the frontend's gateway calls cost when the gateway and the shards cost nothing. Sends its
+    port, serves until it reads "stop"."""
+    import grpc
+
+    from quotaplane.v1 import connection_pb2 as conn_pb
+    from quotaplane.v1 import connection_pb2_grpc, telemetry_pb2_grpc
+    from quotaplane.v1 import telemetry_pb2 as tele_pb
+
+    admitted = conn_pb.AdmitResult(decision=conn_pb.AdmitResult.ADMIT, counted=True)
+    accepted = tele_pb.PushTelemetryResult(error_code=0)
+    ids = iter(range(1, 2**63))
+
+    class Telemetry(telemetry_pb2_grpc.TelemetryServiceServicer):
+        async def GetTelemetrySubscriptions(self, request: Any, context: Any) -> Any:
+            results = [
+                tele_pb.GetTelemetrySubscriptionsResult(
+                    client_instance_id=next(ids).to_bytes(16, "big"),
+                    subscription_id=1,
+                    accepted_compression_types=[1, 2, 3, 4],
+                    push_interval_ms=interval_ms,
+                    telemetry_max_bytes=1 << 20,
+                    requested_metrics=["org.apache.kafka."],
+                )
+                for _ in request.requests
+            ]
+            return tele_pb.GetTelemetrySubscriptionsResults(batch_id=request.batch_id, results=results)
+
+        async def PushTelemetry(self, request: Any, context: Any) -> Any:
+            return tele_pb.PushTelemetryResults(batch_id=request.batch_id, results=[accepted] * len(request.requests))
+
+        async def ClientDisconnected(self, request: Any, context: Any) -> Any:
+            results = [tele_pb.ClientDisconnectedResult(evicted=True)] * len(request.connections)
+            return tele_pb.ClientDisconnectedResults(batch_id=request.batch_id, results=results)
+
+    class Connections(connection_pb2_grpc.ConnectionServiceServicer):
+        async def Admit(self, request: Any, context: Any) -> Any:
+            return conn_pb.AdmitResults(batch_id=request.batch_id, results=[admitted] * len(request.items))
+
+        async def Release(self, request: Any, context: Any) -> Any:
+            return conn_pb.ReleaseResults(batch_id=request.batch_id, released=[True] * len(request.items))
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(Telemetry(), server)
+        connection_pb2_grpc.add_ConnectionServiceServicer_to_server(Connections(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        conn.send(port)
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        await server.stop(None)
+
+    _new_event_loop().run_until_complete(serve())
+
+
+def run_frontend_alone(args: argparse.Namespace) -> dict:
+    """The same load on a frontend (in this process, as ``launch`` starts it) whose gateway is the echo above,
+    in a process of its own: the frontend's own cost and capacity, apart from the gateway's and the shards'.
+    ``cpu_us_per_push.gateway_echo`` is the echo's process (gRPC's server side of the frontend's calls)."""
+    from quotaplane.services.frontend import FrontendConfig, FrontendServer, GrpcTarget
+
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    echo = context.Process(target=_echo_gateway_process, args=(child, args.interval_ms), daemon=True)
+    echo.start()
+    try:
+        address = f"127.0.0.1:{parent.recv()}"
+        # no request quota anywhere in the cluster run either: the frontend records no request time there
+        config = FrontendConfig(gateway=GrpcTarget(address), admin=GrpcTarget(address), port=0, request_quotas=False)
+        with FrontendServer(config) as frontend:
+            frontend.start()
+            assert echo.pid is not None
+            report = run_frontend(frontend.port, args, extra={"gateway_echo": echo.pid})
+            report["server"] = {"unexpected_errors": frontend.stats.unexpected_errors}
+    finally:
+        parent.send("stop")
+        echo.join(10)
+        if echo.is_alive():
+            echo.kill()
+    return report
+
+
 def _frontend_loop_kind() -> str:
     try:
         from quotaplane.services.frontend._loop import loop_kind
@@ -659,6 +753,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grpc-batch", type=int, default=200, help="gateway-only: requests per gRPC batch")
     parser.add_argument("--grpc-in-flight", type=int, default=8, help="gateway-only: calls outstanding")
     parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument(
+        "--skip-frontend-alone", action="store_true", help="no frontend_alone run (the frontend before an echo gateway)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--with-request-quota",
@@ -735,6 +832,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gateway_only = run_gateway_only(cluster.gateway_address, args)
         finally:
             cluster.close()
+    alone = None if args.skip_frontend_alone else run_frontend_alone(args)
     report = {
         "benchmark": "frontend",
         "workload": {
@@ -751,19 +849,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             "request_quota_recorded": args.with_request_quota,
             "frontend_event_loop": _frontend_loop_kind(),
         },
-        "figures": {"frontend": frontend, "gateway_only": gateway_only},
+        "figures": {"frontend": frontend, "gateway_only": gateway_only, "frontend_alone": alone},
         "notes": (
             "frontend: real TCP sockets, Kafka framing and the codec on both sides, ConnectionService admission, "
             "request-quota recording per request, requests of all connections read in one pass of the "
             "frontend's event loop batched into one gateway RPC. gateway_only: the same requests as gRPC "
-            "batches straight to TelemetryService. Clients, "
+            "batches straight to TelemetryService. frontend_alone: the same load on a frontend whose gateway "
+            "answers at once with constants (an echo in its own process): the frontend's own cost. Clients, "
             "frontend, gateway, shards and Ray share this machine's cores; each push waits one interval after "
             "its answer, so pushes_per_s is bounded by clients / (interval + latency)."
         ),
         "machine": machine(),
     }
     print(json.dumps(report, indent=2))
-    ok = frontend["server"]["unexpected_errors"] == 0 and frontend["concurrent_connections"] == args.clients
+    ok = all(
+        run["server"]["unexpected_errors"] == 0 and run["concurrent_connections"] == args.clients
+        for run in (frontend, alone)
+        if run is not None
+    )
     return 0 if ok else 1
 
 
