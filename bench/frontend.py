@@ -45,7 +45,10 @@ What it measures
     frontend's event-loop thread, the gateway's gRPC and shard-worker threads, the rest of the launching
     process, the shard actors, Ray's raylet and GCS, the load's own client processes; read from
     ``/proc``, so on Linux only), which is where one push's time goes hop by hop. ``offered_pushes_per_s``
-    is the bound the clients' pacing puts on ``pushes_per_s`` (clients / interval).
+    is what the clients would send with answers taking no time (clients / interval); ``pacing_bound_pushes_per_s``
+    the bound their pacing puts on ``pushes_per_s`` at the run's median latency (clients / (interval + p50)): each
+    client waits one interval after its answer, as KIP-714 requires of it, so 2,000 clients at 100 ms cannot
+    show 20,000 pushes/s (``--clients`` more for that).
 
 Output: one JSON object on stdout. Run: ``.venv/bin/python bench/frontend.py [--quick] [--clients N]
 [--seconds S] [--client-processes P]``.
@@ -492,6 +495,9 @@ def run_frontend(port: int, args: argparse.Namespace, extra: dict[str, int] | No
         "push_latency_p50_ms": _ms(latencies, 0.5),
         "push_latency_p99_ms": _ms(latencies, 0.99),
         "offered_pushes_per_s": round(connections * 1000 / args.interval_ms, 1),
+        # each client waits one interval after its answer (KIP-714 refuses an early push), so at this latency the
+        # clients could not send more than this: pushes_per_s near it means the system kept up
+        "pacing_bound_pushes_per_s": round(connections / (args.interval_ms / 1000 + _ms(latencies, 0.5) / 1000), 1),
         "handshake_latency_p50_ms": _ms(handshake_latencies, 0.5),
         "handshake_latency_p99_ms": _ms(handshake_latencies, 0.99),
         "get_subscriptions_latency_p50_ms": _ms(get_latencies, 0.5),

@@ -32,6 +32,7 @@ def test_frontend_bench_quick_prints_its_three_runs(tmp_path):
         # every push answered without an error: "72:<error code>"
         assert set(run["response_codes"]) == {"71:0", "72:0"}, (name, run["response_codes"])
         assert run["push_latency_p50_ms"] <= run["push_latency_p99_ms"], name
+        assert 0 < run["pacing_bound_pushes_per_s"] < run["offered_pushes_per_s"], name
         assert run["cpu_us_per_push"]["frontend_loop"] > 0, name
     alone = figures["frontend_alone"]["cpu_us_per_push"]
     assert alone["gateway_echo"] > 0  # the echo's process is measured, and nothing of the cluster is
