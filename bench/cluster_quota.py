@@ -487,7 +487,7 @@ def _lease_everything(admin: Any) -> None:
 def _cluster_in_subprocess(shards: int, args: argparse.Namespace) -> dict[str, Any]:
     """One cluster per process: Ray does not start reliably twice in one driver process."""
     command = [sys.executable, os.path.abspath(__file__), "--cluster-only", str(shards)]
-    for name in ("items", "batch", "streams", "in_flight", "users", "seed", "wire"):
+    for name in ("items", "batch", "streams", "in_flight", "users", "seed", "wire", "sustained_items"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     if args.leased:
         command.append("--leased")

@@ -199,14 +199,20 @@ def run_bench(
     exit_codes: Sequence[int] = (0,),
 ) -> Any:
     """``bench/<script> args`` in its own process on this interpreter, as a user runs it; the JSON report it
-    prints. Fails with the end of its stderr if it exits with a code not in ``exit_codes``."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env=env,
-    )
+    prints. Fails with the end of its stderr if it exits with a code not in ``exit_codes`` or runs past ``timeout``."""
+    try:
+        done = subprocess.run(
+            [sys.executable, str(BENCH / script), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as e:  # what it printed before it was killed says where it was
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr or ""
+        raise AssertionError(
+            f"bench/{script} ran past {timeout:g} s; the end of its stderr:\n{stderr[-3000:]}"
+        ) from None
     assert done.returncode in exit_codes, done.stderr[-3000:]
     return json.loads(done.stdout)

@@ -15,5 +15,9 @@ def test_cluster_quota_bench_quick_prints_its_report(tmp_path):
     assert report["figures"]["core_in_process"]["decisions_per_s"] > 0
     sustained = cluster["half_load_sustained"]  # the --quick run's 3,000 items, paced at half the measured rate
     assert sustained["batches_timed"] > 0 and sustained["errors"] == 0
+    # the cluster runs the phase's --sustained-items (capped by --quick), not its full-run default
+    workload = report["workload"]
+    most_batches = -(-workload["sustained_items"] // workload["batch_items"]) + workload["streams"]
+    assert sustained["batches_timed"] <= most_batches
     assert sustained["batch_p50_ms"] <= sustained["batch_p99_ms"] <= sustained["batch_max_ms"]
     assert "half_load_sustained" in report["figures"]["core_in_process"]["phases"]
