@@ -484,13 +484,20 @@ def _lease_everything(admin: Any) -> None:
         raise SystemExit(f"IncrementalAlterConfigs refused: {response}")
 
 
+#: What the parent keeps to itself: the cluster process gets one shard count, and ``--quick``'s caps already applied.
+_NOT_FORWARDED = frozenset({"quick", "shards", "cluster_only"})
+
+
 def _cluster_in_subprocess(shards: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One cluster per process: Ray does not start reliably twice in one driver process."""
+    """One cluster per process: Ray does not start reliably twice in one driver process. Every other option goes
+    to it as parsed (a list of names to pass once left ``--sustained-items`` out, and the cluster ran its
+    default)."""
     command = [sys.executable, os.path.abspath(__file__), "--cluster-only", str(shards)]
-    for name in ("items", "batch", "streams", "in_flight", "users", "seed", "wire", "sustained_items"):
-        command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    if args.leased:
-        command.append("--leased")
+    for name, value in vars(args).items():
+        if name in _NOT_FORWARDED or value is False:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        command += [flag] if value is True else [flag, str(value)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]

@@ -60,6 +60,7 @@ import argparse
 import asyncio
 import ctypes
 import ctypes.util
+import itertools
 import json
 import multiprocessing
 import os
@@ -669,7 +670,7 @@ def _echo_gateway_process(conn: Any, interval_ms: int) -> None:
 
     admitted = conn_pb.AdmitResult(decision=conn_pb.AdmitResult.ADMIT, counted=True)
     accepted = tele_pb.PushTelemetryResult(error_code=0)
-    ids = iter(range(1, 2**63))
+    ids = itertools.count(1)
 
     class Telemetry(telemetry_pb2_grpc.TelemetryServiceServicer):
         async def GetTelemetrySubscriptions(self, request: Any, context: Any) -> Any:

@@ -13,7 +13,7 @@ def test_cluster_quota_bench_quick_prints_its_report(tmp_path):
     assert set(cluster) >= {"shards", "decisions_per_s", "batch_p50_ms", "batch_p99_ms", "decisions_equal_core"}
     assert cluster["decisions_equal_core"] is True and cluster["errors"] == 0
     assert report["figures"]["core_in_process"]["decisions_per_s"] > 0
-    sustained = cluster["half_load_sustained"]  # the --quick run's 3,000 items, paced at half the measured rate
+    sustained = cluster["half_load_sustained"]  # --quick's 6,000 items, paced at half the measured rate
     assert sustained["batches_timed"] > 0 and sustained["errors"] == 0
     # the cluster runs the phase's --sustained-items (capped by --quick), not its full-run default
     workload = report["workload"]
