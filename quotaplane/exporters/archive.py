@@ -1,8 +1,12 @@
 """``TelemetryArchiveExporter``: every accepted KIP-714 push, archived durably to the ``telemetry`` stream.
 
-The manager calls ``export_metrics`` on the request path, so it only puts ``(context, payload)`` on a
-bounded queue and returns: no I/O, no encoding, a lock held for an append. When the queue is full
-the push is dropped and counted (``dropped``): a slow disk costs telemetry, never request latency. One
+The manager calls ``export_metrics`` on the request path, so it only turns the push into its record (the
+instance's labels are encoded once and kept, ``telemetry_record``) and puts that on a bounded queue: no I/O,
+no batch encoding, a lock held for an append. When the queue is full the push is dropped and counted
+(``dropped``): a slow disk costs telemetry, never request latency. The record, not the push, waits in the
+queue: a push holds its decoded OTLP message too, and letting up to a batch of those live until the
+thread took them, to be freed there, cost the request path more than the record costs to make (measured in
+docs/performance.md, "The archive's queue holds records"). One
 background thread drains the queue into an ``ArchiveWriter``, taking pushes by the batch (once
 ``linger_records`` wait, the oldest has waited ``linger_ms`` or a flush asks; see ``_wake``), and flushes
 durably (fsync) when
@@ -154,7 +158,9 @@ class TelemetryArchiveExporter:
 
     Give ``root`` (and writer options), or a ready ``writer`` (any ``RecordSink``); the thread starts at
     once. ``to_record`` makes the exporter archive other items given to :meth:`submit` (the shards'
-    throttle archive uses it): the same queue, batching, fsync and error handling for any stream.
+    throttle archive uses it): the same queue, batching, fsync and error handling for any stream; the thread
+    calls it. Without it the items are ``(context, payload)`` pushes, made records at once on the caller's
+    thread (see the module docstring).
     ``flush()`` waits until everything accepted so far is durable; ``close()`` drains, flushes and stops
     (idempotent; ``export_metrics`` after it drops and counts).
     """
@@ -187,7 +193,8 @@ class TelemetryArchiveExporter:
             writer = ArchiveWriter(root, stream, writer_id=writer_id, max_segment_bytes=max_segment_bytes)
         self._writer = writer
         #: what a queued item becomes on disk (default: a (context, payload) push, ``telemetry_record``)
-        self._to_record: Callable[[Any], ArchiveRecord] = to_record or (lambda item: telemetry_record(*item))
+        #: what the thread makes of a queued item (None: the queue holds records, made by ``_push_record``)
+        self._to_record = to_record
         self._capacity = queue_capacity
         self._flush_max_records = flush_max_records
         self._flush_max_s = flush_max_ms / 1000
@@ -222,7 +229,11 @@ class TelemetryArchiveExporter:
 
     def submit(self, item: Any) -> bool:
         """Queue one item for ``to_record`` and the archive; False (dropped and counted) if the queue is
-        full or the exporter is closing. Never blocks on I/O."""
+        full, the exporter is closing or the push cannot be archived. Never blocks on I/O."""
+        if self._to_record is None:
+            item = self._push_record(item)
+            if item is None:
+                return False
         with self._lock:
             if self._closing or len(self._queue) >= self._capacity:
                 self._dropped += 1
@@ -234,10 +245,14 @@ class TelemetryArchiveExporter:
 
     def submit_many(self, items: Sequence[Any]) -> int:
         """Queue items in order, as ``submit`` would one by one; how many were queued (the rest, past a full
-        queue or at closing, dropped and counted). One lock and one wake-up of the thread for all of them: a
-        shard hands over a call's pushes this way."""
-        if not items:
-            return 0
+        queue, at closing or pushes the format cannot hold, dropped and counted). One lock and one wake-up of
+        the thread for all of them: the shards' throttle archive hands over a micro-batch's throttles this way."""
+        if self._to_record is None:
+            records = [record for record in map(self._push_record, items) if record is not None]
+            return self._queue_many(records) if records else 0
+        return self._queue_many(items) if items else 0
+
+    def _queue_many(self, items: Sequence[Any]) -> int:
         with self._lock:
             room = 0 if self._closing else max(0, self._capacity - len(self._queue))
             taken = items if room >= len(items) else items[:room]
@@ -248,6 +263,17 @@ class TelemetryArchiveExporter:
             if queued:
                 self._wake(queued)
             return queued
+
+    def _push_record(self, push: tuple[ClientTelemetryContext, ClientTelemetryPayload]) -> ArchiveRecord | None:
+        """The push's record, or None (dropped, counted and logged) if the format cannot hold its labels."""
+        try:
+            return telemetry_record(*push)
+        except (ValueError, TypeError) as exc:
+            with self._lock:
+                self._dropped += 1
+                suppressed = self._count_error()
+            self._log_error("a push could not be archived", exc, suppressed)
+            return None
 
     def _wake(self, added: int) -> None:
         """After ``added`` pushes were queued (lock held): wake the thread when the queue was empty (it starts
@@ -411,9 +437,10 @@ class TelemetryArchiveExporter:
     def _append(self, items: list[Any]) -> None:
         refused: list[Exception] = []
         to_record = self._to_record
+        append = self._writer.append
         for item in items:
             try:
-                self._writer.append(to_record(item))
+                append(item if to_record is None else to_record(item))
             except Exception as exc:  # a record the format cannot hold: drop it alone
                 refused.append(exc)
         with self._lock:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -304,6 +306,29 @@ def test_a_bad_label_with_a_memo_is_refused_every_time_and_kept_out_of_it(tmp_pa
     assert memo == {}
     assert [r.time_ms for r in read_all(tmp_path)] == [T0 + 200]
     assert (exporter.exported, exporter.dropped, exporter.errors) == (1, 2, 2)
+
+
+class _Decoded:
+    """Stands in for a push's decoded OTLP message (protobuf messages take no weak references)."""
+
+
+def test_a_queued_push_keeps_its_record_not_its_decoded_message(tmp_path: Path):
+    """The queue holds the record (time, labels, body): a push's decoded message is freed on the thread that
+    made it, not kept until the archive's thread takes the push (docs/performance.md)."""
+    writer, exporter = stuck_with_push_0(tmp_path)
+    context, payload = push(1)
+    decoded = _Decoded()
+    freed = threading.Event()
+    weakref.finalize(decoded, freed.set)
+    exporter.export_metrics(context, dataclasses.replace(payload, metrics_data=decoded))
+    del decoded
+    assert exporter.stats().queued == 1
+    assert freed.is_set(), "the queued push still holds its decoded message"
+
+    writer.release.set()
+    exporter.close()
+    assert [r.body for r in read_all(tmp_path)] == [push(0)[1].data, payload.data]
+    assert (exporter.exported, exporter.dropped, exporter.errors) == (2, 0, 0)
 
 
 def test_full_queue_drops_and_never_blocks(tmp_path: Path):
