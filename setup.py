@@ -83,6 +83,7 @@ def compiled_extensions() -> list[Extension]:
             Extension(
                 "quotaplane.services.gateway._usage_compiled", ["quotaplane/services/gateway/_usage_compiled.pyx"]
             ),
+            Extension("quotaplane.telemetry._zstd_compiled", ["quotaplane/telemetry/_zstd_compiled.pyx"]),
         ],
         compiler_directives={"language_level": "3"},
         quiet=True,

@@ -3,10 +3,10 @@
 ``setup.py`` builds each extension from its ``.pyx`` with Cython at install (the quota core's batch path,
 ``quota/_record_compiled``; a gateway's checks of a columnar usage batch, ``services/gateway/_usage_compiled``; a
 shard's unpacking of one, ``actors/_unpack_compiled``; the Spark telemetry job's point decoder,
-``spark/_points_compiled``). Where no C compiler was found the package installs without them, and each caller
-runs its pure-Python path, the reference the compiled one is tested against. ``QUOTAPLANE_PURE_CORE=1`` in the
-environment selects the pure paths in a process (to compare the two, or to rule the compiled ones out while
-debugging).
+``spark/_points_compiled``; a push's zstd frame decoded with the GIL held, ``telemetry/_zstd_compiled``). Where no
+C compiler was found the package installs without them, and each caller runs its pure-Python path, the reference
+the compiled one is tested against. ``QUOTAPLANE_PURE_CORE=1`` in the environment selects the pure paths in a
+process (to compare the two, or to rule the compiled ones out while debugging).
 """
 
 from __future__ import annotations

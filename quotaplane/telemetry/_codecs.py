@@ -68,6 +68,7 @@ import lz4.frame
 import snappy
 import zstandard
 
+from ..compiled import load_compiled
 from ..errors import InvalidRecordError, TelemetryTooLargeError, UnsupportedCompressionTypeError
 
 __all__ = [
@@ -317,6 +318,9 @@ _ZSTD_FEED_BYTES = 128 * 1024
 
 
 _THREAD_STATE = threading.local()
+#: A push's plain frame decoded without letting the GIL go (``_zstd_compiled``'s docstring says why); None where
+#: the extension was not built or the pure paths are asked for: the streaming decoder then does every frame.
+_zstd_compiled = load_compiled(f"{__package__}._zstd_compiled")
 
 
 def _zstd_decompressor() -> zstandard.ZstdDecompressor:
@@ -333,6 +337,10 @@ def _zstd(data: bytes, limit: int) -> bytes:
     # of the input is valid for a streaming decoder, so the cuts only bound memory and the decoder alone
     # judges the frame. Its default window limit (128 MiB, as Kafka's zstd-jni) stays: the window is
     # allocated but only touched as output is written, and output is bounded here.
+    if _zstd_compiled is not None:
+        out = _zstd_compiled.decompress_frame(data, limit)
+        if out is not None:
+            return out
     cuts = _zstd_cuts(data)
     decoder = _zstd_decompressor().decompressobj()
     try:
