@@ -307,7 +307,7 @@ def run_cluster(
     import grpc
     import ray
 
-    from quotaplane.gc_pause import freeze_long_lived
+    from quotaplane.gc_pause import freeze_long_lived, set_serving_thresholds
     from quotaplane.services.launcher import launch
     from quotaplane.v1 import admin_pb2 as admin_pb
     from quotaplane.v1 import admin_pb2_grpc
@@ -343,6 +343,7 @@ def run_cluster(
                     _lease_everything(admin)
             cluster.wait_caught_up()
             freeze_long_lived()  # as `quotaplane up` does once it is ready: start-up's objects out of full collections
+            set_serving_thresholds()  # and its young collections less often, as `up`
             end = ray.get(cluster.controller.end_offset.remote())
             while cluster.gateway.config_offset < end:
                 time.sleep(0.01)

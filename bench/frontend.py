@@ -60,6 +60,7 @@ import argparse
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import itertools
 import json
 import multiprocessing
@@ -777,6 +778,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import grpc
 
+    from quotaplane.gc_pause import freeze_long_lived, set_serving_thresholds
     from quotaplane.services.launcher import launch
     from quotaplane.v1 import admin_pb2 as admin_pb
     from quotaplane.v1 import admin_pb2_grpc
@@ -816,6 +818,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     answer = admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=[entry]))
                     assert all(e.error_code == 0 for e in answer.entries), answer
             cluster.wait_caught_up(timeout_s=60)
+            # as `quotaplane up` once it is ready: start-up's objects out of the collector's walks, the young
+            # generation collected less often (this process runs the gateway and the frontend, as `up`'s does)
+            freeze_long_lived()
+            set_serving_thresholds()
             deadline = time.monotonic() + 30  # the frontend learns which quota types exist (a 250 ms refresh)
             while time.monotonic() < deadline and (
                 cluster.frontend.enabled_quotas is None
@@ -855,6 +861,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "quick": args.quick,
             "request_quota_recorded": args.with_request_quota,
             "frontend_event_loop": _frontend_loop_kind(),
+            "launcher_gc_thresholds": list(gc.get_threshold()),
         },
         "figures": {"frontend": frontend, "gateway_only": gateway_only, "frontend_alone": alone},
         "notes": (

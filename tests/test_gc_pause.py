@@ -1,5 +1,6 @@
 """``freeze_long_lived``: what a serving process holds at start leaves its full collections, garbage does not
-stay, and a shard's sensors that expire later make no cycle the freeze would keep."""
+stay, and a shard's sensors that expire later make no cycle the freeze would keep. ``set_serving_thresholds``:
+requests in flight do not make young collections by the hundred, and a cycle is still collected."""
 
 from __future__ import annotations
 
@@ -62,3 +63,44 @@ def test_expired_sensors_form_no_cycle_a_freeze_would_keep() -> None:
         gc.garbage.clear()
     assert len(expired) >= 200
     assert left == []
+
+
+# a fresh interpreter again: the thresholds are the process's
+_THRESHOLD_SCRIPT = """
+import gc
+import weakref
+from quotaplane.gc_pause import SERVING_THRESHOLDS, set_serving_thresholds
+
+class Node:
+    pass
+
+def young_collections(in_flight):
+    counted = []
+    callback = lambda phase, info: counted.append(info["generation"]) if phase == "start" else None
+    gc.callbacks.append(callback)
+    live = [[Node()] for _ in range(in_flight)]  # requests in flight: each holds a few tracked objects
+    gc.callbacks.remove(callback)
+    del live
+    return sum(1 for generation in counted if generation == 0)
+
+default = gc.get_threshold()
+before = young_collections(30_000)
+previous = set_serving_thresholds()
+after = young_collections(30_000)
+cycle = Node()
+cycle.self = cycle
+garbage = weakref.ref(cycle)
+del cycle
+held = [Node() for _ in range(SERVING_THRESHOLDS[0] + 1)]  # enough net allocations for one young collection
+print(default == previous, gc.get_threshold() == SERVING_THRESHOLDS, before, after, garbage() is None)
+"""
+
+
+def test_serving_thresholds_collect_the_young_generation_less_often_and_still_free_cycles() -> None:
+    done = subprocess.run([sys.executable, "-c", _THRESHOLD_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    returned_previous, set_now, before, after, cycle_freed = done.stdout.split()
+    assert returned_previous == "True" and set_now == "True"
+    assert int(before) >= 60  # 60,000 tracked objects at CPython's 700 (a collection per 700 net allocations)
+    assert int(after) <= 3
+    assert cycle_freed == "True"  # the collector still runs: a cycle is freed at the next young collection
