@@ -16,9 +16,9 @@ once a process is ready to serve, moves them to the permanent generation, so the
 between decisions walk only what was made since.
 
 The ``up`` process (the Kafka frontend's loop and the gateway's threads) also collects its young objects less
-often (:func:`set_serving_thresholds`): a push keeps a dozen tracked objects (its future, its handles, its
-frames) alive until its batch is answered, so at CPython's threshold of 700 every young collection found
-nothing to free and promoted them all, and the collections cost ~2 ms each, ~15 % of the process's CPU.
+often (:func:`set_serving_thresholds`): a request keeps its tracked objects (its coroutine, future, context,
+decoded header) alive until it is answered, so a young collection there walked 19,000-25,000 objects, freed
+none of them, and came every few milliseconds: ~15 % of the process's CPU.
 
 >>> import gc
 >>> with gc_paused():
@@ -71,11 +71,13 @@ def set_serving_thresholds() -> tuple[int, int, int]:
     thresholds before.
 
     Why (``bench/frontend.py``, 2,400 clients, the gateway and the frontend in one process, as ``up`` runs them):
-    the process made ~370 young collections in a 10 s push phase, each ~2 ms (perf: ``gc_collect_main`` and its
-    visits ~15 % of the process's CPU) and none freeing anything: what a push allocates lives until its batch
-    is answered, and reference counting frees it then. At 20,000 the same phase made 6 (~9 ms each): the
-    process's CPU a push fell by 7-22 us and its p99 by a third (docs/performance.md). The shards, whose
-    objects die within a call, showed no collector in their profile and keep the default.
+    the process made ~370 young collections in its 11 s of handshakes and pushes, each ~2 ms (perf:
+    ``gc_collect_main`` and its visits ~15 % of the process's CPU), each walking 19,000-25,000 young objects (the
+    count that triggers one is net of frees) and freeing none: what a request allocates lives until it is
+    answered, and reference counting frees it then. At 20,000 the same run made 6 (~9 ms each): the process's
+    CPU a push fell by 7-22 us and its p99 by a third; the decision path (``bench/cluster_quota.py``) was no
+    worse (docs/performance.md). The shards, whose objects die within a call, showed no collector in their
+    profile and keep the default.
     """
     previous = gc.get_threshold()
     gc.set_threshold(*SERVING_THRESHOLDS)
