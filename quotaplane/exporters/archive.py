@@ -192,7 +192,6 @@ class TelemetryArchiveExporter:
             assert root is not None
             writer = ArchiveWriter(root, stream, writer_id=writer_id, max_segment_bytes=max_segment_bytes)
         self._writer = writer
-        #: what a queued item becomes on disk (default: a (context, payload) push, ``telemetry_record``)
         #: what the thread makes of a queued item (None: the queue holds records, made by ``_push_record``)
         self._to_record = to_record
         self._capacity = queue_capacity
@@ -265,10 +264,11 @@ class TelemetryArchiveExporter:
             return queued
 
     def _push_record(self, push: tuple[ClientTelemetryContext, ClientTelemetryPayload]) -> ArchiveRecord | None:
-        """The push's record, or None (dropped, counted and logged) if the format cannot hold its labels."""
+        """The push's record, or None (dropped, counted and logged) if it cannot be archived: a label the format
+        cannot hold, or anything else that is not a push; as on the thread, nothing raises into the request path."""
         try:
             return telemetry_record(*push)
-        except (ValueError, TypeError) as exc:
+        except Exception as exc:
             with self._lock:
                 self._dropped += 1
                 suppressed = self._count_error()

@@ -331,6 +331,15 @@ def test_a_queued_push_keeps_its_record_not_its_decoded_message(tmp_path: Path):
     assert (exporter.exported, exporter.dropped, exporter.errors) == (2, 0, 0)
 
 
+def test_what_is_not_a_push_is_dropped_and_counted_not_raised_into_the_request_path(tmp_path: Path):
+    context = push(1)[0]
+    with TelemetryArchiveExporter(tmp_path) as exporter:
+        assert exporter.submit((context, object())) is False  # no payload's attributes: not a push
+        assert exporter.submit_many([(context,), push(2)]) == 1  # one element short
+    assert [r.time_ms for r in read_all(tmp_path)] == [T0 + 200]
+    assert (exporter.exported, exporter.dropped, exporter.errors) == (1, 2, 2)
+
+
 def test_full_queue_drops_and_never_blocks(tmp_path: Path):
     writer, exporter = stuck_with_push_0(tmp_path)
 
