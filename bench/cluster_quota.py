@@ -495,7 +495,7 @@ def _cluster_in_subprocess(shards: int, args: argparse.Namespace) -> dict[str, A
     default)."""
     command = [sys.executable, os.path.abspath(__file__), "--cluster-only", str(shards)]
     for name, value in vars(args).items():
-        if name in _NOT_FORWARDED or value is False:
+        if name in _NOT_FORWARDED or value is False or value is None:  # a flag not given stays unsaid
             continue
         flag = f"--{name.replace('_', '-')}"
         command += [flag] if value is True else [flag, str(value)]

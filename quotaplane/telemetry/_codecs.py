@@ -337,7 +337,9 @@ def _zstd(data: bytes, limit: int) -> bytes:
     # of the input is valid for a streaming decoder, so the cuts only bound memory and the decoder alone
     # judges the frame. Its default window limit (128 MiB, as Kafka's zstd-jni) stays: the window is
     # allocated but only touched as output is written, and output is bounded here.
-    if _zstd_compiled is not None:
+    # a frame longer than the compiled path's output decodes to about that much or more (zstd's framing adds a
+    # few bytes at most): the streaming decoder takes it at once rather than after a decode begun in vain
+    if _zstd_compiled is not None and len(data) <= _zstd_compiled.OUTPUT_CAPACITY:
         out = _zstd_compiled.decompress_frame(data, limit)
         if out is not None:
             return out

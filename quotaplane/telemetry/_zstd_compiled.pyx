@@ -61,15 +61,18 @@ cdef is_error_t ZSTD_isError = <is_error_t>_address("ZSTD_isError")
 
 #: The zstd this module decodes with: python-zstandard's own, the streaming decoder's.
 ZSTD_VERSION = _ffi.string(_lib.ZSTD_versionString()).decode()
+cdef enum:
+    _CAPACITY = 128 * 1024
+
 #: The most output decoded here (one zstd block's worth, as the streaming path's pieces); more goes that way.
-OUTPUT_CAPACITY = 128 * 1024
+OUTPUT_CAPACITY = _CAPACITY
 #: ``ZSTD_reset_session_only``: a new frame, the context's parameters kept.
 cdef int _RESET_SESSION = 1
 
 # One context and one output buffer for the module: every call holds the GIL from start to end, so no two
 # calls use them at once.
 cdef ZSTD_DCtx* _dctx = ZSTD_createDCtx()
-cdef char _out[128 * 1024]
+cdef char _out[_CAPACITY]
 cdef const unsigned char* _MAGIC = b"\x28\xb5\x2f\xfd"
 
 if _dctx == NULL:
@@ -97,7 +100,7 @@ def decompress_frame(bytes data, Py_ssize_t limit):
     source.size = size
     source.pos = 0
     output.dst = _out
-    output.size = OUTPUT_CAPACITY if limit > OUTPUT_CAPACITY else <size_t>limit
+    output.size = _CAPACITY if limit > _CAPACITY else <size_t>limit
     output.pos = 0
     while True:
         consumed = source.pos
