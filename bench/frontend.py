@@ -690,7 +690,9 @@ def _echo_gateway_process(conn: Any, interval_ms: int) -> None:
             return tele_pb.GetTelemetrySubscriptionsResults(batch_id=request.batch_id, results=results)
 
         async def PushTelemetry(self, request: Any, context: Any) -> Any:
-            return tele_pb.PushTelemetryResults(batch_id=request.batch_id, results=[accepted] * len(request.requests))
+            # the frontend sends columns; a batch of requests is counted too
+            count = len(request.columns.client_instance_id) or len(request.requests)
+            return tele_pb.PushTelemetryResults(batch_id=request.batch_id, results=[accepted] * count)
 
         async def ClientDisconnected(self, request: Any, context: Any) -> Any:
             results = [tele_pb.ClientDisconnectedResult(evicted=True)] * len(request.connections)

@@ -5,7 +5,8 @@
 - ``decompress`` finds its decoder by plain id: it must answer (or refuse) every id as the ``CompressionType``
   lookup it replaced.
 - The gateway's ``push_items`` keeps checked contexts and routing keys: its items, keys and refusals must be
-  those of the field-by-field reading it replaced (``_reference_push_items`` below, the former code).
+  those of the field-by-field reading it replaced (``_reference_push_items`` below, the former code), for a
+  batch of requests and for the same pushes as columns (the frontend's form).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
-from quotaplane.kafka_uuid import ZERO_UUID
+from quotaplane.kafka_uuid import ZERO_UUID, Uuid
 from quotaplane.services.gateway._checks import GatewayConfig, InvalidArgument, item_time
 from quotaplane.services.gateway._telemetry_service import (
     _INT8_MAX,
@@ -220,6 +221,81 @@ def test_push_items_are_the_field_by_field_reading(batches: list[pb.PushTelemetr
     cached = functools.partial(push_items, cache=_ContextCache())  # one cache, as the servicer keeps
     for batch in batches:  # in turn, so later batches meet what earlier ones left in the cache
         assert _outcome(cached, gateway, batch) == _outcome(_reference_push_items, gateway, batch)
+
+
+def _as_columns(batch: pb.PushTelemetryBatch, now_ms: int) -> pb.PushTelemetryBatch:
+    """The same pushes as ``PushTelemetryColumns`` (the frontend's form): each context serialized, and every
+    push's time when any request set one (an unset one is the gateway's clock, as the requests form reads it)."""
+    columnar = pb.PushTelemetryBatch(batch_id=batch.batch_id)
+    columns = columnar.columns
+    columns.SetInParent()  # a batch of no pushes still says which form it is
+    for request in batch.requests:
+        columns.client_instance_id.append(request.client_instance_id)
+        columns.subscription_id.append(request.subscription_id)
+        columns.terminating.append(request.terminating)
+        columns.compression_type.append(request.compression_type)
+        columns.metrics.append(request.metrics)
+        columns.context.append(request.context.SerializeToString())
+    if any(request.HasField("now_ms") for request in batch.requests):
+        columns.now_ms.extend(r.now_ms if r.HasField("now_ms") else now_ms for r in batch.requests)
+    return columnar
+
+
+@_SETTINGS
+@given(st.lists(push_batches(), min_size=1, max_size=4), st.sampled_from([8, 1024]))
+def test_push_columns_are_the_requests_read_field_by_field(batches: list[pb.PushTelemetryBatch], max_name: int) -> None:
+    """The frontend's columnar batch gives the shards the items and keys of the same pushes sent as requests,
+    and refuses what they refuse with the same message, naming ``columns[i]`` for ``requests[i]``."""
+    gateway = SimpleNamespace(config=GatewayConfig(max_name_length=max_name))
+    cached = functools.partial(push_items, cache=_ContextCache())
+    for batch in batches:
+        expected = _outcome(_reference_push_items, gateway, batch)
+        if expected[0] == "refused":
+            expected = ("refused", expected[1].replace("requests", "columns"))
+        assert _outcome(cached, gateway, _as_columns(batch, 77)) == expected
+
+
+def _columnar(count: int = 2) -> pb.PushTelemetryBatch:
+    batch = pb.PushTelemetryBatch(batch_id=3)
+    context = pb.RequestContext(connection_id="c-1", principal="User:alice").SerializeToString()
+    for i in range(count):
+        batch.columns.client_instance_id.append(bytes([i + 1]) * 16)
+        batch.columns.subscription_id.append(7)
+        batch.columns.terminating.append(False)
+        batch.columns.compression_type.append(0)
+        batch.columns.metrics.append(b"")
+        batch.columns.context.append(context)
+    return batch
+
+
+def test_push_columns_refuse_a_malformed_batch_whole() -> None:
+    gateway = SimpleNamespace(config=GatewayConfig())
+    items, keys = push_items(gateway, _columnar(), 77)
+    assert [item[-1] for item in items] == [77, 77]  # no now_ms column: the gateway's clock
+    assert [item[6][0] for item in items] == ["c-1", "c-1"]
+    assert keys == [str(Uuid(bytes([i + 1]) * 16)) for i in range(2)]
+
+    both = _columnar()
+    both.requests.add(client_instance_id=bytes(16))
+    uneven = _columnar()
+    uneven.columns.metrics.append(b"x")
+    times = _columnar()
+    times.columns.now_ms.append(5)  # one time for two pushes
+    garbage = _columnar()
+    garbage.columns.context[1] = b"\xff\xff\xff"
+    for batch, message in (
+        (both, "set either requests or columns, not both"),
+        (
+            uneven,
+            "columns of unequal length: 2 client_instance_id, then subscription_id, terminating, "
+            "compression_type, metrics, context: 2, 2, 2, 3, 2",
+        ),
+        (times, "now_ms has 1 entries for 2 pushes: one per push, or none"),
+        (garbage, "columns[1]: context is not a serialized RequestContext"),
+    ):
+        with pytest.raises(InvalidArgument) as refused:
+            push_items(gateway, batch, 77)
+        assert str(refused.value).startswith(message)
 
 
 # --- decompress's dispatch by plain id ------------------------------------------------------------------------

@@ -175,7 +175,7 @@ class KafkaApis(AdminApis):
             body.terminating,
             body.compression_type,
             bytes(body.metrics),
-            state.telemetry_context(),
+            state.telemetry_context_wire(),
             now_ms,
         )
         started = time.perf_counter_ns()  # state.wait, inlined: one coroutine less to resume per push

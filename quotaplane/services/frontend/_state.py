@@ -30,6 +30,7 @@ class ConnectionState:
 
     __slots__ = (
         "_context",
+        "_context_wire",
         "address",
         "authenticated",
         "client_id",
@@ -64,6 +65,7 @@ class ConnectionState:
         self.upstream_node: int | None = None
         self.upstream: UpstreamConnection | None = None
         self._context: tuple[tuple[Any, ...], tele_pb.RequestContext] | None = None
+        self._context_wire: tuple[tele_pb.RequestContext, bytes] | None = None
 
     def telemetry_context(self) -> tele_pb.RequestContext:
         """The connection's context for the TelemetryService, built again only when one of its fields changed
@@ -85,6 +87,17 @@ class ConnectionState:
             context.client_software_version = self.client_software_version or ""
         self._context = (key, context)
         return context
+
+    def telemetry_context_wire(self) -> bytes:
+        """:meth:`telemetry_context` serialized, as a columnar push batch carries it: serialized again only when
+        the context was built again."""
+        context = self.telemetry_context()
+        cached = self._context_wire
+        if cached is not None and cached[0] is context:
+            return cached[1]
+        wire = context.SerializeToString()
+        self._context_wire = (context, wire)
+        return wire
 
     async def wait(self, awaitable: Any) -> Any:
         """Await the gateway, and keep that time out of the request time charged to the client."""

@@ -24,6 +24,14 @@ bytes (a disconnect's must be a real id), a missing or empty connection_id, stri
 now_ms. Kafka-level outcomes (THROTTLING_QUOTA_EXCEEDED, UNKNOWN_SUBSCRIPTION_ID, INVALID_REQUEST for a
 push with a zero id, ...) are per-request results, exactly as the core answers. Full gateway:
 RESOURCE_EXHAUSTED; shard restarting: UNAVAILABLE (``GATEWAY_ERRORS`` maps them).
+
+**Two forms of a push batch.** ``requests`` (a ``PushTelemetryRequest`` per push) or ``columns``
+(``PushTelemetryColumns``: one repeated field per request field, each push's context serialized), the
+frontend's form: each column is one C call to build and to read, and a connection's context is serialized
+once by the frontend instead of once a push here. Both give the shards the same items
+(``tests/telemetry/test_push_fast_paths.py``); a column's request is named ``columns[i]`` in errors. A batch
+setting both is INVALID_ARGUMENT, and so are columns of unequal lengths and a context that is not a
+``RequestContext``.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ _ZERO_KEY = str(ZERO_UUID)
 # repeated fields.
 _REQUESTS = "requests"
 _CONNECTIONS = "connections"
+_COLUMNS = "columns"
 
 
 def _instance_id(field: str, index: int, raw: bytes, *, required: bool = False) -> Uuid:
@@ -66,27 +75,27 @@ def _instance_id(field: str, index: int, raw: bytes, *, required: bool = False) 
     return uuid
 
 
-def _context(config: Any, index: int, ctx: pb.RequestContext) -> tuple:
+def _context(config: Any, index: int, ctx: pb.RequestContext, field: str = _REQUESTS) -> tuple:
     """The host's context tuple: (connection_id, client_id, software name, version, address, port,
-    principal); an empty principal is Kafka's anonymous one."""
+    principal); an empty principal is Kafka's anonymous one. ``field``: how errors name the request."""
     port = ctx.client_source_port if ctx.HasField("client_source_port") else None
     if port is not None and not 0 <= port <= 65535:
-        raise InvalidArgument(f"{_REQUESTS}[{index}]: client_source_port must be in 0..65535, got {port}")
+        raise InvalidArgument(f"{field}[{index}]: client_source_port must be in 0..65535, got {port}")
     check, has = config.check_name, ctx.HasField
     return (
-        check(index, "context.connection_id", ctx.connection_id, allow_empty=False, field=_REQUESTS, empty_hint=""),
-        check(index, "context.client_id", ctx.client_id, field=_REQUESTS),
-        check(index, "context.client_software_name", ctx.client_software_name, field=_REQUESTS)
+        check(index, "context.connection_id", ctx.connection_id, allow_empty=False, field=field, empty_hint=""),
+        check(index, "context.client_id", ctx.client_id, field=field),
+        check(index, "context.client_software_name", ctx.client_software_name, field=field)
         if has("client_software_name")
         else None,
-        check(index, "context.client_software_version", ctx.client_software_version, field=_REQUESTS)
+        check(index, "context.client_software_version", ctx.client_software_version, field=field)
         if has("client_software_version")
         else None,
-        check(index, "context.client_source_address", ctx.client_source_address, field=_REQUESTS)
+        check(index, "context.client_source_address", ctx.client_source_address, field=field)
         if has("client_source_address")
         else None,
         port,
-        check(index, "context.principal", ctx.principal, field=_REQUESTS) or ANONYMOUS_PRINCIPAL,
+        check(index, "context.principal", ctx.principal, field=field) or ANONYMOUS_PRINCIPAL,
     )
 
 
@@ -123,27 +132,23 @@ def push_items(
     ``tests/telemetry/test_push_fast_paths.py`` compares this with the field-by-field reading on random batches.
     """
     config = gateway.config
-    config.check_size(len(batch.requests), _REQUESTS)
     if cache is None:
         cache = _ContextCache()
+    if batch.HasField("columns"):
+        if batch.requests:
+            raise InvalidArgument("set either requests or columns, not both")
+        return _push_columns(config, batch.columns, now_ms, cache)
+    config.check_size(len(batch.requests), _REQUESTS)
     items: list[tuple] = []
     keys: list[str] = []
     for index, request in enumerate(batch.requests):
         raw = request.client_instance_id
-        if len(raw) == 16:
-            key = cache.keys.get(raw)
-            if key is None:
-                key = cache.key(raw)
-        elif not raw:
-            raw, key = _ZERO_BYTES, _ZERO_KEY
-        else:
-            _instance_id(_REQUESTS, index, raw)  # raises its INVALID_ARGUMENT
-            raise AssertionError("unreachable")
+        key = cache.keys.get(raw)
+        if key is None:
+            raw, key = _new_instance_key(cache, _REQUESTS, index, raw)
         compression_type = request.compression_type
         if not _INT8_MIN <= compression_type <= _INT8_MAX:
-            raise InvalidArgument(
-                f"{_REQUESTS}[{index}]: compression_type {compression_type} is not a Kafka int8 value"
-            )
+            raise _not_int8(_REQUESTS, index, compression_type)
         ctx = request.context
         wire = ctx.SerializeToString()
         context = cache.contexts.get(wire)
@@ -155,6 +160,73 @@ def push_items(
         )
         keys.append(key)
     return items, keys
+
+
+def _push_columns(
+    config: Any, columns: pb.PushTelemetryColumns, now_ms: int, cache: _ContextCache
+) -> tuple[list[tuple], list[str]]:
+    """``push_items`` of a columnar batch: the same items, checks and errors (naming ``columns[i]``), each column
+    read into a list by one slice (a C loop in upb) and each push's context taken from the cache by the bytes
+    the frontend sent (parsed and checked only when they are new)."""
+    instance_ids = columns.client_instance_id[:]
+    count = len(instance_ids)
+    config.check_size(count, _COLUMNS)
+    subscription_ids, terminating, compression_types, metrics, contexts = (
+        columns.subscription_id[:],
+        columns.terminating[:],
+        columns.compression_type[:],
+        columns.metrics[:],
+        columns.context[:],
+    )
+    lengths = (len(subscription_ids), len(terminating), len(compression_types), len(metrics), len(contexts))
+    if any(n != count for n in lengths):
+        raise InvalidArgument(
+            f"columns of unequal length: {count} client_instance_id, then subscription_id, terminating, "
+            f"compression_type, metrics, context: {', '.join(map(str, lengths))}"
+        )
+    times = columns.now_ms[:] or [now_ms] * count
+    if len(times) != count:
+        raise InvalidArgument(f"now_ms has {len(times)} entries for {count} pushes: one per push, or none")
+    items: list[tuple] = []
+    keys: list[str] = []
+    for index, (raw, subscription_id, closing, compression_type, data, wire, t) in enumerate(
+        zip(instance_ids, subscription_ids, terminating, compression_types, metrics, contexts, times, strict=True)
+    ):
+        key = cache.keys.get(raw)
+        if key is None:
+            raw, key = _new_instance_key(cache, _COLUMNS, index, raw)
+        if not _INT8_MIN <= compression_type <= _INT8_MAX:
+            raise _not_int8(_COLUMNS, index, compression_type)
+        context = cache.contexts.get(wire)
+        if context is None:
+            context = cache.context(wire, _context(config, index, _parsed_context(index, wire), _COLUMNS))
+        if t < 0:
+            raise InvalidArgument(f"{_COLUMNS}[{index}]: now_ms must be >= 0, got {t}")
+        items.append(("push", raw, subscription_id, closing, compression_type, data, context, t))
+        keys.append(key)
+    return items, keys
+
+
+def _new_instance_key(cache: _ContextCache, field: str, index: int, raw: bytes) -> tuple[bytes, str]:
+    """A push's instance id and routing key when the cache does not hold them: a 16-byte id is keyed (and kept),
+    an empty one is the zero id; any other length is INVALID_ARGUMENT."""
+    if len(raw) == 16:
+        return raw, cache.key(raw)
+    if not raw:
+        return _ZERO_BYTES, _ZERO_KEY
+    _instance_id(field, index, raw)  # raises its INVALID_ARGUMENT
+    raise AssertionError("unreachable")
+
+
+def _not_int8(field: str, index: int, compression_type: int) -> InvalidArgument:
+    return InvalidArgument(f"{field}[{index}]: compression_type {compression_type} is not a Kafka int8 value")
+
+
+def _parsed_context(index: int, wire: bytes) -> pb.RequestContext:
+    try:
+        return pb.RequestContext.FromString(wire)
+    except Exception as e:  # protobuf's DecodeError
+        raise InvalidArgument(f"{_COLUMNS}[{index}]: context is not a serialized RequestContext: {e}") from None
 
 
 _ZERO_BYTES = bytes(ZERO_UUID)
@@ -220,11 +292,16 @@ def _get_result(result: tuple) -> pb.GetTelemetrySubscriptionsResult:
     return out
 
 
-def _push_result(result: tuple) -> pb.PushTelemetryResult:
-    error, message = result
-    out = pb.PushTelemetryResult(error_code=error)
-    if message is not None:
-        out.error_message = message
+def _push_results(batch_id: int, results: list[tuple], offset: int) -> pb.PushTelemetryResults:
+    """The answer of a push batch, each result added in place (a ``PushTelemetryResult`` per push, copied into
+    the answer afterwards, cost twice as much)."""
+    out = pb.PushTelemetryResults(batch_id=batch_id, config_offset=offset)
+    add = out.results.add
+    for error, message in results:
+        if message is None:
+            add(error_code=error)
+        else:
+            add(error_code=error, error_message=message)
     return out
 
 
@@ -255,9 +332,7 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
         # bytes field copies the payload (up to telemetry.max.bytes)
         sizes = [len(item[5]) for item in items]
         offset, results = gateway.dispatch(TELEMETRY_KIND, items, keys, sizes=sizes)
-        return pb.PushTelemetryResults(
-            batch_id=request.batch_id, results=[_push_result(r) for r in results], config_offset=offset
-        )
+        return _push_results(request.batch_id, results, offset)
 
     @GATEWAY_ERRORS.unary
     def ClientDisconnected(

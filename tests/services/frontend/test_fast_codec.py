@@ -1,5 +1,5 @@
 """The PushTelemetry v0 fast path against the generic codec, on random frames (``_fast_codec.py``), and the
-backend's in-place batch (``_backend.push_batch``) against the batch of request messages it replaced.
+backend's columnar batch (``_backend.push_batch``) against the same columns built a push at a time.
 
 ``decode_push_telemetry`` must return exactly ``decode_request``'s result or None (the caller then uses the
 generic codec), never a different request and never an exception; ``encode_push_telemetry_response`` must
@@ -140,22 +140,22 @@ _PUSH_ITEMS = st.tuples(
 
 @_SETTINGS
 @given(st.integers(0, 2**62), st.lists(_PUSH_ITEMS, max_size=20))
-def test_push_batch_is_the_batch_of_request_messages(batch_id: int, items: list) -> None:
-    reference = tele_pb.PushTelemetryBatch(
-        batch_id=batch_id,
-        requests=[
-            tele_pb.PushTelemetryRequest(
-                client_instance_id=cid,
-                subscription_id=sid,
-                terminating=terminating,
-                compression_type=compression,
-                metrics=metrics,
-                context=context,
-                now_ms=now_ms,
-            )
-            for cid, sid, terminating, compression, metrics, context, now_ms in items
-        ],
-    )
-    built = push_batch(batch_id, items)
+def test_push_batch_is_the_columns_of_its_pushes(batch_id: int, items: list) -> None:
+    """Each column holds its field of every push in order, built a push at a time as the reference: the gateway
+    reads push i from entry i of every column."""
+    reference = tele_pb.PushTelemetryBatch(batch_id=batch_id)
+    wire_items = [(*item[:5], item[5].SerializeToString(), item[6]) for item in items]
+    for cid, sid, terminating, compression, metrics, context, now_ms in wire_items:
+        columns = reference.columns
+        columns.client_instance_id.append(cid)
+        columns.subscription_id.append(sid)
+        columns.terminating.append(terminating)
+        columns.compression_type.append(compression)
+        columns.metrics.append(metrics)
+        columns.context.append(context)
+        columns.now_ms.append(now_ms)
+    built = push_batch(batch_id, wire_items)
     assert built == reference
     assert built.SerializeToString() == reference.SerializeToString()
+    assert built.HasField("columns") == bool(items)
+    assert not built.requests
