@@ -307,7 +307,7 @@ def run_cluster(
     import grpc
     import ray
 
-    from quotaplane.gc_pause import freeze_long_lived, set_serving_thresholds
+    from quotaplane.gc_pause import ready_to_serve
     from quotaplane.services.launcher import launch
     from quotaplane.v1 import admin_pb2 as admin_pb
     from quotaplane.v1 import admin_pb2_grpc
@@ -342,8 +342,7 @@ def run_cluster(
                 if args.leased:
                     _lease_everything(admin)
             cluster.wait_caught_up()
-            freeze_long_lived()  # as `quotaplane up` does once it is ready: start-up's objects out of full collections
-            set_serving_thresholds()  # and its young collections less often, as `up`
+            ready_to_serve()  # the gateway's process as `quotaplane up` sets it up once it is ready
             end = ray.get(cluster.controller.end_offset.remote())
             while cluster.gateway.config_offset < end:
                 time.sleep(0.01)

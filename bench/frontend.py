@@ -781,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import grpc
 
-    from quotaplane.gc_pause import freeze_long_lived, set_serving_thresholds
+    from quotaplane.gc_pause import ready_to_serve
     from quotaplane.services.launcher import launch
     from quotaplane.v1 import admin_pb2 as admin_pb
     from quotaplane.v1 import admin_pb2_grpc
@@ -821,10 +821,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     answer = admin.AlterClientQuotas(admin_pb.AlterClientQuotasRequest(entries=[entry]))
                     assert all(e.error_code == 0 for e in answer.entries), answer
             cluster.wait_caught_up(timeout_s=60)
-            # as `quotaplane up` once it is ready: start-up's objects out of the collector's walks, the young
-            # generation collected less often (this process runs the gateway and the frontend, as `up`'s does)
-            freeze_long_lived()
-            set_serving_thresholds()
+            # this process runs the gateway and the frontend, as `up`'s does: set up as `up` sets it up once ready
+            ready_to_serve()
             deadline = time.monotonic() + 30  # the frontend learns which quota types exist (a 250 ms refresh)
             while time.monotonic() < deadline and (
                 cluster.frontend.enabled_quotas is None

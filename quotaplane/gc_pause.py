@@ -34,7 +34,7 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-__all__ = ["SERVING_THRESHOLDS", "freeze_long_lived", "gc_paused", "set_serving_thresholds"]
+__all__ = ["SERVING_THRESHOLDS", "freeze_long_lived", "gc_paused", "ready_to_serve", "set_serving_thresholds"]
 
 
 @contextlib.contextmanager
@@ -82,3 +82,11 @@ def set_serving_thresholds() -> tuple[int, int, int]:
     previous = gc.get_threshold()
     gc.set_threshold(*SERVING_THRESHOLDS)
     return previous
+
+
+def ready_to_serve() -> None:
+    """What ``quotaplane up``'s process does once it is ready (the gateway and the frontend in one process):
+    :func:`freeze_long_lived`, then :func:`set_serving_thresholds`. The benchmarks that run ``launch()`` in their
+    own process call it too, so they measure the process as ``up`` runs it."""
+    freeze_long_lived()
+    set_serving_thresholds()

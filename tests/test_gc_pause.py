@@ -104,3 +104,16 @@ def test_serving_thresholds_collect_the_young_generation_less_often_and_still_fr
     assert int(before) >= 60  # 60,000 tracked objects at CPython's 700 (a collection per 700 net allocations)
     assert int(after) <= 3
     assert cycle_freed == "True"  # the collector still runs: a cycle is freed at the next young collection
+
+
+def test_ready_to_serve_freezes_and_sets_the_serving_thresholds() -> None:
+    script = (
+        "import gc\n"
+        "from quotaplane.gc_pause import SERVING_THRESHOLDS, ready_to_serve\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "ready_to_serve()\n"
+        "print(gc.get_freeze_count() > 0, gc.get_threshold() == SERVING_THRESHOLDS)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]

@@ -369,7 +369,7 @@ def run_up(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from quotaplane.gc_pause import freeze_long_lived, set_serving_thresholds
+    from quotaplane.gc_pause import ready_to_serve
     from quotaplane.services._security import exposure_warning
 
     def say(line: str) -> None:
@@ -439,10 +439,9 @@ def run_up(args: argparse.Namespace) -> int:
         shown = cluster.status()
         say(shown.line())
         # the gateway, the frontend and what they imported live as long as this process: out of its full
-        # collections, which otherwise walk them between requests (``freeze_long_lived``); and the young
-        # generation collected less often, since what a request allocates lives until it is answered
-        freeze_long_lived()
-        set_serving_thresholds()
+        # collections, which otherwise walk them between requests; and the young generation collected less often,
+        # since what a request allocates lives until it is answered (``ready_to_serve``)
+        ready_to_serve()
         print("ready", flush=True)
         watcher = threading.Thread(
             target=cluster.watch,
