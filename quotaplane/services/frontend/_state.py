@@ -30,7 +30,6 @@ class ConnectionState:
 
     __slots__ = (
         "_context",
-        "_context_wire",
         "address",
         "authenticated",
         "client_id",
@@ -64,17 +63,25 @@ class ConnectionState:
         #: the upstream connection behind it (opened on the first forwarded request)
         self.upstream_node: int | None = None
         self.upstream: UpstreamConnection | None = None
-        self._context: tuple[tuple[Any, ...], tele_pb.RequestContext] | None = None
-        self._context_wire: tuple[tele_pb.RequestContext, bytes] | None = None
+        #: (the fields it was built from, the TelemetryService's RequestContext, that message serialized)
+        self._context: tuple[tuple[Any, ...], tele_pb.RequestContext, bytes] | None = None
 
     def telemetry_context(self) -> tele_pb.RequestContext:
-        """The connection's context for the TelemetryService, built again only when one of its fields changed
-        (a client sends the same client id on every request): a protobuf message per push is measurable. The
-        caller must not modify it (a message given to another message's constructor is copied)."""
+        """The connection's context for the TelemetryService (GetTelemetrySubscriptions carries it as a message).
+        The caller must not modify it (a message given to another message's constructor is copied)."""
+        return self._telemetry_context()[1]
+
+    def telemetry_context_wire(self) -> bytes:
+        """The same context serialized, as a columnar push batch carries it."""
+        return self._telemetry_context()[2]
+
+    def _telemetry_context(self) -> tuple[tuple[Any, ...], tele_pb.RequestContext, bytes]:
+        """The context, built and serialized again only when one of its fields changed (a client sends the same
+        client id on every request): a protobuf message, or its serialization, per push is measurable."""
         key = (self.client_id, self.principal, self.client_software_name, self.client_software_version)
         cached = self._context
         if cached is not None and cached[0] == key:
-            return cached[1]
+            return cached
         context = tele_pb.RequestContext(
             connection_id=self.connection_id,
             client_id=self.client_id,
@@ -85,19 +92,8 @@ class ConnectionState:
         if self.client_software_name is not None:
             context.client_software_name = self.client_software_name
             context.client_software_version = self.client_software_version or ""
-        self._context = (key, context)
-        return context
-
-    def telemetry_context_wire(self) -> bytes:
-        """:meth:`telemetry_context` serialized, as a columnar push batch carries it: serialized again only when
-        the context was built again."""
-        context = self.telemetry_context()
-        cached = self._context_wire
-        if cached is not None and cached[0] is context:
-            return cached[1]
-        wire = context.SerializeToString()
-        self._context_wire = (context, wire)
-        return wire
+        cached = self._context = (key, context, context.SerializeToString())
+        return cached
 
     async def wait(self, awaitable: Any) -> Any:
         """Await the gateway, and keep that time out of the request time charged to the client."""

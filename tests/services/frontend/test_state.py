@@ -1,4 +1,5 @@
-"""ConnectionState's cached telemetry context against a context built afresh for every request."""
+"""ConnectionState's cached telemetry context (the message and its serialized form) against a context built afresh
+for every request."""
 
 from __future__ import annotations
 
@@ -40,3 +41,4 @@ def test_the_cached_context_is_the_one_built_afresh(requests: list[list[tuple[st
         for field, value in changes:
             setattr(state, field, value)
         assert state.telemetry_context().SerializeToString() == fresh_context(state).SerializeToString()
+        assert state.telemetry_context_wire() == fresh_context(state).SerializeToString()  # a columnar push's form
