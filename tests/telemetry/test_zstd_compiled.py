@@ -12,7 +12,7 @@ import pytest
 import zstandard
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from quotaplane.telemetry._zstd_compiled import OUTPUT_CAPACITY, decompress_frame
+from quotaplane.telemetry._zstd_compiled import OUTPUT_CAPACITY, ZSTD_VERSION, decompress_frame
 
 from quotaplane.telemetry import _codecs
 from quotaplane.telemetry._codecs import CompressionType, compress, decompress
@@ -36,6 +36,11 @@ def outcome(data: bytes, limit: int, *, compiled: bool) -> tuple[str, object]:
 
 def test_the_codecs_use_the_compiled_path_where_it_was_built():
     assert _codecs._zstd_compiled is not None
+
+
+def test_the_compiled_path_runs_the_streaming_decoders_zstd():
+    """python-zstandard's own libzstd, not the system's (which judged some corrupt frames differently)."""
+    assert ".".join(map(str, zstandard.ZSTD_VERSION)) == ZSTD_VERSION
 
 
 @pytest.mark.parametrize("name", sorted(ZSTD_CLIENT_FRAMES))
