@@ -31,6 +31,13 @@ What it measures
     Batches go as ``UsageColumns`` (``--wire items``: one ``UsageItem`` per item, as before the columnar form
     existed).
 
+    Where the main phase's time goes (Linux, read from ``/proc`` every 100 ms and cut to the client's timed window;
+    absent when the window holds fewer than two readings, as in ``--quick``): ``cpu_us_per_decision``, the CPU of
+    each part a decision (the gateway's gRPC and shard-worker threads, the rest of the launching process, the
+    shards, Ray's raylet and GCS, the load client), and ``shard_serving_threads``, how each shard's busiest thread
+    (the one serving the gateway's channel) spent the window: ``on_cpu``, ``waiting_for_cpu`` (runnable, its core
+    taken by another thread: the kernel's ``schedstat``) and ``off_cpu`` (blocked on its socket, a lock or the GIL).
+
 Output: one JSON object on stdout (workload, figures, machine). Run:
 ``.venv/bin/python bench/cluster_quota.py [--quick] [--shards 1,2,4] [--items N] [--batch N] [--streams N]``.
 """
@@ -51,6 +58,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from _cpu import cpu_snapshot, cpu_us_per, process_components, schedule_split, thread_schedules
 from _machine import machine
 
 T0 = 1_700_000_000_000
@@ -301,6 +309,50 @@ def _client(address: str, args: dict[str, Any], out: Any) -> None:
     out.put(results)
 
 
+class _Sampler(threading.Thread):
+    """Every ``interval_s`` while the main phase runs: ``(time, cpu_snapshot, {shard pid: thread_schedules})``, so
+    the load client's timed window can be cut out of them afterwards (its ``perf_counter`` and this process's are
+    the same clock on Linux: CLOCK_MONOTONIC). ``extra`` (component -> pid) is read at each sample: the load
+    client's pid is known once it started. Reads only the processes found at the start: walking ``/proc`` for them
+    at each sample would cost the gateway's process milliseconds."""
+
+    def __init__(self, extra: dict[str, int], interval_s: float = 0.1) -> None:
+        super().__init__(name="bench-cpu-sampler", daemon=True)
+        self.extra = extra
+        self.interval_s = interval_s
+        self.processes = process_components()
+        self.shards = [pid for pid, component in self.processes.items() if component == "shards"]
+        self.samples: list[tuple[float, dict[str, float], dict[int, dict[int, tuple[int, int]]]]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append(
+                (
+                    time.perf_counter(),
+                    cpu_snapshot(dict(self.extra), self.processes),
+                    {pid: thread_schedules(pid) for pid in self.shards},
+                )
+            )
+            self.stop.wait(self.interval_s)
+
+    def window(self, began: float, ended: float, decisions_per_s: float | None) -> dict[str, Any]:
+        """CPU a decision by component, and how each shard's busiest thread (its serving thread) spent the window,
+        between the first and the last sample inside ``[began, ended]``; {} when fewer than two fall inside."""
+        inside = [s for s in self.samples if began <= s[0] <= ended]
+        if len(inside) < 2 or not decisions_per_s or not inside[0][1]:
+            return {}
+        (t0, cpu0, sched0), (t1, cpu1, sched1) = inside[0], inside[-1]
+        decisions = round(decisions_per_s * (t1 - t0))
+        load = cpu1.pop("load_client", 0.0) - cpu0.pop("load_client", 0.0)
+        return {
+            "cpu_us_per_decision": cpu_us_per(cpu0, cpu1, max(0.0, load), decisions),
+            "shard_serving_threads": [
+                schedule_split(sched0.get(pid, {}), sched1[pid], t1 - t0) for pid in self.shards if pid in sched1
+            ],
+        }
+
+
 def run_cluster(
     shards: int, args: argparse.Namespace, expected: list[list[int]], expected_warm: list[list[int]] | None = None
 ) -> dict[str, Any]:
@@ -349,10 +401,13 @@ def run_cluster(
             context = multiprocessing.get_context("spawn")
             out = context.Queue()
 
+            client_pid: dict[str, int] = {}
+
             def run_client(load: dict[str, Any]) -> Any:
                 """One load client process with arguments ``load``: its results, once it has ended."""
                 process = context.Process(target=_client, args=(cluster.gateway_address, load, out))
                 process.start()
+                client_pid["load_client"] = process.pid  # type: ignore[assignment]
                 got = out.get(timeout=600)
                 process.join(timeout=60)
                 return got
@@ -370,7 +425,11 @@ def run_cluster(
                     run_client(prime_args)
                     cluster.gateway.leases.renew()
                     time.sleep(1.0)  # quotaplane.lease.ms: a new book grants nothing for one lease period
+            sampler = _Sampler(client_pid)
+            sampler.start()
             results = run_client(client_args)
+            sampler.stop.set()
+            sampler.join()
             stats = cluster.gateway.stats()
             # unloaded and warm: one batch at a time right after the main phase, its sensors live (as the core's
             # timed batches find them): the latency of a batch alone, not of the windows rolling over
@@ -414,11 +473,12 @@ def run_cluster(
                     "lengths": [len(got), len(want)],
                 }
             )
+    decisions_per_s = round(timed_items / (ended - began)) if ended > began else None
     shard_batches = sum(s["batches"] for s in stats["shards"].values())
     shard_items = sum(s["items"] for s in stats["shards"].values())
     return {
         "shards": shards,
-        "decisions_per_s": round(timed_items / (ended - began)) if ended > began else None,
+        "decisions_per_s": decisions_per_s,
         "batch_p50_ms": round(percentile(latencies, 0.5) * 1000, 3),
         "batch_p99_ms": round(percentile(latencies, 0.99) * 1000, 3),
         "batches_timed": len(latencies),
@@ -466,6 +526,9 @@ def run_cluster(
             "batches_timed": len(single[1]),
             "errors": single[5],
         },
+        # the main phase's timed window: CPU a decision by component; each shard's serving thread on its CPU,
+        # runnable and waiting for one, or blocked (fractions of the window)
+        **sampler.window(began, ended, decisions_per_s),
     }
 
 

@@ -58,8 +58,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
-import ctypes.util
 import gc
 import itertools
 import json
@@ -69,17 +67,16 @@ import random
 import struct
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _cpu import cpu_snapshot, cpu_us_per
 from _machine import machine
 
 SUBSCRIPTION = "bench"
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if os.name == "posix" else None
 PRODUCER_METRICS = [
     "org.apache.kafka.producer.connection.creation.rate",
     "org.apache.kafka.producer.connection.creation.total",
@@ -126,118 +123,6 @@ def _percentile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _process_cpu_s(pid: int) -> float:
-    """CPU seconds of another process: its CPU-time clock (``clock_getcpuclockid``, nanoseconds), else utime +
-    stime from ``/proc/<pid>/stat`` (clock ticks); 0 if it is gone."""
-    try:
-        clock = ctypes.c_int()
-        if _LIBC is not None and _LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) == 0:
-            return time.clock_gettime(clock.value)
-    except (OSError, AttributeError):
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError):
-        return 0.0
-
-
-def _thread_component(name: str) -> str:
-    if name.startswith("frontend-"):
-        return "frontend_loop"
-    if name.startswith("gateway-grpc"):
-        return "gateway_grpc_threads"
-    if name.startswith("gateway-shard"):
-        return "gateway_shard_workers"
-    return "launcher_other"  # the Ray driver, gRPC's own threads, the config poll, this script
-
-
-def ray_process_role(pid: str) -> str | None:
-    """What a process started by this one is, from its command line: ``shard``, ``controller``, ``raylet``,
-    ``gcs_server``, or None (the binary's name for Ray's own, so a Python process naming one in an argument is
-    not taken for it)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ")
-    except OSError:
-        return None
-    if b"ray::ShardActor" in cmd:
-        return "shard"
-    if b"ray::ConfigController" in cmd:
-        return "controller"
-    if cmd.split(b" ", 1)[0].endswith(b"/raylet"):
-        return "raylet"
-    if b"gcs_server" in cmd.split(b" ", 1)[0]:
-        return "gcs_server"
-    return None
-
-
-#: ``cpu_snapshot``'s component of each role counted (the controller is idle in this benchmark)
-_CPU_COMPONENTS = {"shard": "shards", "raylet": "ray_system", "gcs_server": "ray_system"}
-
-
-def cpu_snapshot(extra: dict[str, int] | None = None) -> dict[str, float]:
-    """CPU seconds used so far by each part of the system under test (Linux; {} elsewhere): the Python threads
-    of this process by name (``launcher_other``: the rest of the process, gRPC's C threads included), the
-    shard actors and Ray's raylet / GCS by command line, and the ``extra`` processes (component -> pid)."""
-    if not os.path.isdir("/proc") or not hasattr(time, "pthread_getcpuclockid"):
-        return {}
-    out: Counter[str] = Counter()
-    named = 0.0
-    for thread in threading.enumerate():
-        component = _thread_component(thread.name)
-        if component == "launcher_other" or thread.ident is None:
-            continue
-        try:
-            spent = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-        except OSError:  # it ended meanwhile
-            continue
-        out[component] += spent
-        named += spent
-    out["launcher_other"] = time.process_time() - named
-    for pid in _descendants():
-        component = _CPU_COMPONENTS.get(ray_process_role(pid) or "")
-        if component is not None:
-            out[component] += _process_cpu_s(int(pid))
-    for component, pid in (extra or {}).items():
-        out[component] += _process_cpu_s(pid)
-    return dict(out)
-
-
-def _descendants() -> list[str]:
-    """The processes started by this one, directly or not (Ray's raylet, GCS and workers; not another
-    cluster's on the same machine)."""
-    parents: dict[str, str] = {}
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-                    parents[pid] = f.read().rsplit(")", 1)[1].split()[1]
-            except (OSError, IndexError):
-                continue
-    me = str(os.getpid())
-    out = []
-    for pid in parents:
-        seen, ancestor = 0, parents.get(pid)
-        while ancestor not in (None, "0", "1", me) and seen < 64:
-            ancestor, seen = parents.get(ancestor), seen + 1
-        if ancestor == me:
-            out.append(pid)
-    return out
-
-
-def cpu_us_per(before: dict[str, float], after: dict[str, float], clients_s: float, count: int) -> dict[str, float]:
-    """Microseconds of CPU per operation by component (threads that ended in between count 0), and the total."""
-    if not after or not count:
-        return {}
-    spent = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
-    spent["load_clients"] = clients_s
-    out = {k: round(v / count * 1e6, 1) for k, v in sorted(spent.items())}
-    out["total"] = round(sum(spent.values()) / count * 1e6, 1)
-    return out
 
 
 def run_phased(

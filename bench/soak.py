@@ -57,9 +57,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _cpu import descendants, ray_process_role
 from _machine import machine
 from cluster_quota import percentile, quotas, split, workload
-from frontend import _descendants, _KafkaClients, _new_event_loop, _Pusher, _PushRun, ray_process_role
+from frontend import _KafkaClients, _new_event_loop, _Pusher, _PushRun
 
 SUBSCRIPTION = "soak"
 FD_THREAD_SLACK = 2
@@ -243,7 +244,7 @@ def find_processes() -> dict[str, int]:
     """Name -> pid of the processes sampled: ``launcher`` (this one), ``shard-i`` (by pid order),
     ``controller``, ``raylet``, ``gcs_server``."""
     found: dict[str, list[int]] = {}
-    for pid in _descendants():
+    for pid in descendants():
         role = ray_process_role(pid)
         if role is not None:
             found.setdefault(role, []).append(int(pid))
