@@ -31,12 +31,13 @@ What it measures
     Batches go as ``UsageColumns`` (``--wire items``: one ``UsageItem`` per item, as before the columnar form
     existed).
 
-    Where the main phase's time goes (Linux, read from ``/proc`` every 100 ms and cut to the client's timed window;
-    absent when the window holds fewer than two readings, as in ``--quick``): ``cpu_us_per_decision``, the CPU of
-    each part a decision (the gateway's gRPC and shard-worker threads, the rest of the launching process, the
-    shards, Ray's raylet and GCS, the load client), and ``shard_serving_threads``, how each shard's busiest thread
-    (the one serving the gateway's channel) spent the window: ``on_cpu``, ``waiting_for_cpu`` (runnable, its core
-    taken by another thread: the kernel's ``schedstat``) and ``off_cpu`` (blocked on its socket, a lock or the GIL).
+    Where the main phase's time goes (Linux, read from ``/proc`` every ``--cpu-sample-ms``, 100 by default, and
+    cut to the client's timed window; absent when the window holds fewer than two readings):
+    ``cpu_us_per_decision``, the CPU of each part a decision (the gateway's gRPC and shard-worker threads, the rest
+    of the launching process, the shards, Ray's raylet and GCS, the load client), and ``shard_serving_threads``,
+    how each shard's busiest thread (the one serving the gateway's channel) spent the window: ``on_cpu``,
+    ``waiting_for_cpu`` (runnable, its core taken by another thread: the kernel's ``schedstat``) and ``off_cpu``
+    (blocked on its socket, a lock or the GIL).
 
 Output: one JSON object on stdout (workload, figures, machine). Run:
 ``.venv/bin/python bench/cluster_quota.py [--quick] [--shards 1,2,4] [--items N] [--batch N] [--streams N]``.
@@ -425,7 +426,7 @@ def run_cluster(
                     run_client(prime_args)
                     cluster.gateway.leases.renew()
                     time.sleep(1.0)  # quotaplane.lease.ms: a new book grants nothing for one lease period
-            sampler = _Sampler(client_pid)
+            sampler = _Sampler(client_pid, args.cpu_sample_ms / 1000)
             sampler.start()
             results = run_client(client_args)
             sampler.stop.set()
@@ -595,6 +596,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=SUSTAINED_ITEMS,
         help="items of the half_load_sustained phase (paced at half load: ~7 s at 170k decisions/s)",
+    )
+    parser.add_argument(
+        "--cpu-sample-ms",
+        type=float,
+        default=100.0,
+        help="how often the main phase's CPU and the shards' scheduling are read (cpu_us_per_decision)",
     )
     parser.add_argument("--cluster-only", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

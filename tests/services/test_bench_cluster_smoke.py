@@ -6,7 +6,10 @@ from tests.support import run_bench
 
 
 def test_cluster_quota_bench_quick_prints_its_report(tmp_path):
-    report = run_bench("cluster_quota.py", "--quick", "--items", "3000", timeout=180, cwd=tmp_path)
+    # readings every 5 ms, so the short main phase holds several (the full run reads every 100 ms)
+    report = run_bench(
+        "cluster_quota.py", "--quick", "--items", "20000", "--cpu-sample-ms", "5", timeout=180, cwd=tmp_path
+    )
     assert set(report) >= {"workload", "figures", "machine"}
     assert set(report["figures"]) == {"core_in_process", "cluster"}
     [cluster] = report["figures"]["cluster"]
@@ -21,3 +24,10 @@ def test_cluster_quota_bench_quick_prints_its_report(tmp_path):
     assert sustained["batches_timed"] <= most_batches
     assert sustained["batch_p50_ms"] <= sustained["batch_p99_ms"] <= sustained["batch_max_ms"]
     assert "half_load_sustained" in report["figures"]["core_in_process"]["phases"]
+    # where the main phase's time went: each part's CPU a decision, and the one shard's serving thread
+    cpu = cluster["cpu_us_per_decision"]
+    assert {"shards", "gateway_shard_workers", "load_clients", "total"} <= set(cpu)
+    assert cpu["shards"] > 0 and cpu["total"] >= cpu["shards"] + cpu["load_clients"]
+    [serving] = cluster["shard_serving_threads"]
+    assert serving["on_cpu"] > 0
+    assert serving["on_cpu"] + serving["waiting_for_cpu"] + serving["off_cpu"] >= 0.99
