@@ -31,6 +31,11 @@ What it measures
     Batches go as ``UsageColumns`` (``--wire items``: one ``UsageItem`` per item, as before the columnar form
     existed).
 
+    The core's main phase runs again after each cluster (``core_decisions_per_s_around``: the core just before and
+    just after that cluster ran), and ``of_core_around`` is the cluster's decisions/s over their mean: this
+    machine's speed moves by tens of percent within minutes, so a baseline measured around the run compares
+    fairer than ``core_in_process`` alone, measured once before every cluster.
+
     Where the main phase's time goes (Linux, read from ``/proc`` every ``--cpu-sample-ms``, 100 by default, and
     cut to the client's timed window; absent when the window holds fewer than two readings):
     ``cpu_us_per_decision``, the CPU of each part a decision (the gateway's gRPC and shard-worker threads, the rest
@@ -180,6 +185,24 @@ def run_core(
             "answers": got,
         }
     return figures, answers
+
+
+def core_main_phase(items: Sequence[Item], users: int, batch: int, streams: int) -> int | None:
+    """The core's decisions/s on the main phase's items again, from fresh managers (the throughput figure alone)."""
+    return run_core(items, users, batch, streams)[0]["decisions_per_s"]
+
+
+def _of_core_around(cluster_per_s: int | None, before: int | None, after: int | None) -> dict[str, Any]:
+    """The cluster's decisions/s against the core measured just before and just after it (the first cluster's
+    "before" is ``core_in_process``). Why: this machine's speed moves by tens of percent within minutes, and a core
+    measured once at the start can be on another footing than a cluster run minutes later; the mean of the two
+    around the run is the fairer same-run baseline. ``core_in_process`` stays the first measurement."""
+    around = [v for v in (before, after) if v]
+    mean = sum(around) / len(around) if around else None
+    return {
+        "core_decisions_per_s_around": [before, after],
+        "of_core_around": round(cluster_per_s / mean, 3) if cluster_per_s and mean else None,
+    }
 
 
 def _core_batches(
@@ -618,7 +641,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cluster_only is not None:
         print(json.dumps(run_cluster(args.cluster_only, args, expected, phase_answers["unloaded_one_batch_warm"])))
         return 0
-    clusters = [_cluster_in_subprocess(n, args) for n in shard_counts]
+    clusters = []
+    core_before = core["decisions_per_s"]
+    for n in shard_counts:
+        cluster = _cluster_in_subprocess(n, args)
+        core_after = core_main_phase(items, args.users, args.batch, args.streams)
+        cluster.update(_of_core_around(cluster.get("decisions_per_s"), core_before, core_after))
+        clusters.append(cluster)
+        core_before = core_after
     report = {
         "benchmark": "cluster_quota",
         "workload": {

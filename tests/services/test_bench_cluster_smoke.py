@@ -31,3 +31,7 @@ def test_cluster_quota_bench_quick_prints_its_report(tmp_path):
     [serving] = cluster["shard_serving_threads"]
     assert serving["on_cpu"] > 0
     assert serving["on_cpu"] + serving["waiting_for_cpu"] + serving["off_cpu"] >= 0.99
+    # the core measured again right after the cluster: the ratio against the two around it
+    before, after = cluster["core_decisions_per_s_around"]
+    assert before == report["figures"]["core_in_process"]["decisions_per_s"] and after > 0
+    assert cluster["of_core_around"] == round(cluster["decisions_per_s"] / ((before + after) / 2), 3)
