@@ -368,9 +368,10 @@ class _Sampler(threading.Thread):
             return {}
         (t0, cpu0, sched0), (t1, cpu1, sched1) = inside[0], inside[-1]
         decisions = round(decisions_per_s * (t1 - t0))
-        load = cpu1.pop("load_client", 0.0) - cpu0.pop("load_client", 0.0)
+        load = cpu1.get("load_client", 0.0) - cpu0.get("load_client", 0.0)  # cpu_us_per's load_clients
+        system = {k: v for k, v in cpu1.items() if k != "load_client"}
         return {
-            "cpu_us_per_decision": cpu_us_per(cpu0, cpu1, max(0.0, load), decisions),
+            "cpu_us_per_decision": cpu_us_per(cpu0, system, max(0.0, load), decisions),
             "shard_serving_threads": [
                 schedule_split(sched0.get(pid, {}), sched1[pid], t1 - t0) for pid in self.shards if pid in sched1
             ],

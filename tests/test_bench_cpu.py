@@ -42,11 +42,10 @@ def test_the_busiest_thread_and_how_it_spent_the_window():
     assert split is not None and split["thread_id"] == native[0]
     assert split["on_cpu"] > 0.2  # it spun, sharing the GIL with nothing else busy in this process
     assert 0.0 <= split["waiting_for_cpu"] <= 1.0 and 0.0 <= split["off_cpu"] <= 1.0
-    # the three parts make the window (off_cpu is what is left, clipped at 0 against the counters' rounding)
-    assert split["on_cpu"] + split["waiting_for_cpu"] + split["off_cpu"] == pytest.approx(1.0, abs=0.01) or (
-        split["off_cpu"] == 0.0
-    )
-    # each thread's own running time only grows, and matches what the kernel says it ran
+    # fractions of the window: the kernel's nanoseconds over the wall seconds (a unit slip would be 1e9 off); the
+    # two reads are not atomic, hence the slack
+    assert split["on_cpu"] + split["waiting_for_cpu"] <= 1.05
+    # each thread's own running time only grows between the two reads (the same thread ids, the same field)
     assert all(after[tid][0] >= running for tid, (running, _) in before.items() if tid in after)
 
 

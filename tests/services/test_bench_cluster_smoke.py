@@ -30,7 +30,7 @@ def test_cluster_quota_bench_quick_prints_its_report(tmp_path):
     assert cpu["shards"] > 0 and cpu["total"] >= cpu["shards"] + cpu["load_clients"]
     [serving] = cluster["shard_serving_threads"]
     assert serving["on_cpu"] > 0
-    assert serving["on_cpu"] + serving["waiting_for_cpu"] + serving["off_cpu"] >= 0.99
+    assert serving["on_cpu"] + serving["waiting_for_cpu"] <= 1.05  # fractions of the window, the reads' skew aside
     # the core measured again right after the cluster: the ratio against the two around it
     before, after = cluster["core_decisions_per_s_around"]
     assert before == report["figures"]["core_in_process"]["decisions_per_s"] and after > 0
