@@ -18,10 +18,12 @@ window``) is ignored (every sample in it is obsolete), and a corrupt or foreign 
 warning, never a crash loop. ``restored_age_ms`` (how old the restored windows were) is what the metrics
 endpoint exports as the over-admission window of the restart.
 
-**Writer.** A daemon thread; the snapshot (``export_usage``: a copy of the samples into number arrays)
-takes the shard's serving lock for one part of the sensors at a time (128), the encoding and the write run
-outside it, so a checkpoint holds the shard's queue for a part's copy (~1 ms), not for every sensor's (18-21
-ms at 9,000 quota sensors). Each sensor's samples are copied whole; the sensors are not one cut, which a
+**Writer.** A daemon thread; the snapshot (``export_usage``: a copy of the samples into number arrays, compiled
+where the core is) takes the shard's serving lock for one part of the sensors at a time, the encoding and the
+write run outside it, so a checkpoint holds the shard's queue for a part's copy (well under 1 ms), not for every
+sensor's (18-21 ms at 9,000 quota sensors). The payload is written as the snapshot's chunks (``to_chunks``: no
+copy of its megabytes to join them; the CRC summed chunk by chunk), each sensor's tags encoded once and kept
+(``TagsMemo``). Each sensor's samples are copied whole; the sensors are not one cut, which a
 restart does not need: the file's time is taken before the copy, so every sample in it is at least that new
 and the age a restart reports is never less than the traffic it forgives.
 
@@ -41,7 +43,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "HANDOFF_S",
     "UsageCheckpointer",
+    "checkpoint_chunks",
     "decode_checkpoint",
     "encode_checkpoint",
     "hand_over",
@@ -76,7 +79,18 @@ HANDOFF_S = 0.0005
 
 def encode_checkpoint(payload: bytes, written_ms: int) -> bytes:
     """Header and ``payload`` (a ``UsageSnapshot``'s bytes) written at ``written_ms``."""
-    return _HEADER.pack(_MAGIC, CHECKPOINT_FORMAT, written_ms, len(payload), zlib.crc32(payload)) + payload
+    return b"".join(checkpoint_chunks([payload], written_ms))
+
+
+def checkpoint_chunks(payload: Sequence[bytes | memoryview], written_ms: int) -> list[bytes | memoryview]:
+    """``encode_checkpoint`` of the payload ``b"".join(payload)`` as chunks, without joining them (the header
+    first): its length and CRC are summed chunk by chunk, and the file is written from the chunks. Why: a
+    checkpoint's payload is megabytes of the snapshot's own arrays, and each copy of it held the GIL."""
+    length = crc = 0
+    for chunk in payload:
+        length += memoryview(chunk).nbytes
+        crc = zlib.crc32(chunk, crc)
+    return [_HEADER.pack(_MAGIC, CHECKPOINT_FORMAT, written_ms, length, crc), *payload]
 
 
 def decode_checkpoint(data: bytes) -> tuple[int, bytes]:
@@ -96,8 +110,9 @@ def decode_checkpoint(data: bytes) -> tuple[int, bytes]:
     return written_ms, payload
 
 
-def write_checkpoint(path: Path, data: bytes, *, fsync: bool = False) -> None:
-    """Replace ``path`` with ``data`` atomically (``durable.replace_file``); its directory made if missing."""
+def write_checkpoint(path: Path, data: bytes | Sequence[bytes | memoryview], *, fsync: bool = False) -> None:
+    """Replace ``path`` with ``data`` (bytes, or chunks) atomically (``durable.replace_file``); its directory made
+    if missing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_file(path, data, fsync=fsync)
 
@@ -131,16 +146,16 @@ def hand_over() -> None:
 
 
 class UsageCheckpointer:
-    """Writes ``to_bytes(snapshot(hold), hand_over)`` to ``path`` every ``interval_s`` (start to start) from a
-    daemon thread: ``snapshot`` (the copy) enters ``hold()`` (``lock``, timed, then a hand-over) around each
-    part it copies; ``to_bytes`` (which calls ``hand_over`` between the parts of its encoding) and the write run
-    outside it."""
+    """Writes ``to_bytes(snapshot(hold), hand_over)`` (the payload's bytes, or its chunks) to ``path`` every
+    ``interval_s`` (start to start) from a daemon thread: ``snapshot`` (the copy) enters ``hold()`` (``lock``,
+    timed, then a hand-over) around each part it copies; ``to_bytes`` (which calls ``hand_over`` between the parts
+    of its encoding) and the write run outside it."""
 
     def __init__(
         self,
         path: Path,
         snapshot: Callable[[Callable[[], Any]], Any],
-        to_bytes: Callable[[Any, Callable[[], None]], bytes],
+        to_bytes: Callable[[Any, Callable[[], None]], bytes | Sequence[bytes | memoryview]],
         lock: Any,
         clock_ms: Callable[[], int],
         *,
@@ -187,14 +202,14 @@ class UsageCheckpointer:
                 return
             exported = time.perf_counter()
             payload = self._to_bytes(snapshot, hand_over)
-            del snapshot
-        data = encode_checkpoint(payload, written_ms)
-        write_checkpoint(self.path, data, fsync=self.fsync)
+            del snapshot  # the chunks may be views of its arrays: they keep what they need alive
+        chunks = checkpoint_chunks([payload] if isinstance(payload, bytes) else payload, written_ms)
+        write_checkpoint(self.path, chunks, fsync=self.fsync)
         self.last_export_ms = (exported - started) * 1000
         self.last_longest_hold_ms = hold.longest_s * 1000
         self.last_write_ms = (time.perf_counter() - started) * 1000
         self.last_written_ms = written_ms
-        self.last_bytes = len(data)
+        self.last_bytes = sum(memoryview(chunk).nbytes for chunk in chunks)
         self.writes += 1
 
     def _run(self) -> None:

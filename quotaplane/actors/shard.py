@@ -50,6 +50,7 @@ by design, and a catch-up pull blocks the shard's queue only for the time of tha
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -71,6 +72,7 @@ from quotaplane.quota import (
     ProducerIdItem,
     ProducerIdQuotaManager,
     QuotaType,
+    TagsMemo,
     ThrottlingQuotaExceededError,
     UsageItem,
     UsageSnapshot,
@@ -199,7 +201,7 @@ class ShardActor(StandbyMember):
         self._checkpointer = UsageCheckpointer(
             Path(self.data_dir) / CHECKPOINT_FILE,
             lambda hold: export_usage(self.quotas, hold=hold),
-            UsageSnapshot.to_bytes,
+            functools.partial(UsageSnapshot.to_chunks, tags=TagsMemo()),  # each sensor's tags encoded once
             self.serving_lock,
             wall_clock_ms,
             interval_s=self._checkpoint_interval_s,

@@ -92,6 +92,7 @@ from ._types import DEFAULT, ClientQuotaEntity, ClientQuotaType, Default, QuotaT
 from ._usage_state import (
     TAGS_PART,
     USAGE_STATE_VERSION,
+    TagsMemo,
     UsageImport,
     UsageSnapshot,
     export_usage,
@@ -166,6 +167,7 @@ __all__ = [
     "Resolver",
     "SampledSensors",
     "StrictControllerMutationQuota",
+    "TagsMemo",
     "ThrottledReplicas",
     "ThrottlingQuotaExceededError",
     "TimedBloomFilter",

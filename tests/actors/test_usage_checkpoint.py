@@ -19,7 +19,14 @@ from quotaplane.actors._usage_checkpoint import (
     load_checkpoint,
     write_checkpoint,
 )
-from quotaplane.quota import ClientQuotaEntity, UsageSnapshot, build_quota_managers, export_usage, import_usage
+from quotaplane.quota import (
+    ClientQuotaEntity,
+    TagsMemo,
+    UsageSnapshot,
+    build_quota_managers,
+    export_usage,
+    import_usage,
+)
 
 NOW = 1_700_000_000_000
 
@@ -103,6 +110,25 @@ def test_the_thread_writes_every_interval_and_copies_each_part_under_the_lock(tm
     assert writer.last_longest_hold_ms > 0.0 and "last_longest_hold_ms" in writer.stats()  # the hold was timed
     assert decode_checkpoint(path.read_bytes()) == (NOW, _state().to_bytes())
     assert writer.stats()["last_bytes"] == path.stat().st_size
+
+
+def test_a_checkpoint_written_from_chunks_is_the_one_written_from_bytes(tmp_path: Path) -> None:
+    """The shard's checkpointer hands the writer the snapshot's chunks (views of its arrays, the tags kept in a
+    ``TagsMemo``): the file, its header's length and CRC included, is byte for byte the one of the joined bytes."""
+    state = _state()
+    chunks = checkpoint.checkpoint_chunks(state.to_chunks(None, TagsMemo()), NOW)
+    assert any(isinstance(chunk, memoryview) for chunk in chunks)  # the columns are not copied
+    assert b"".join(chunks) == encode_checkpoint(state.to_bytes(), NOW)
+    path = tmp_path / CHECKPOINT_FILE
+    memo = TagsMemo()
+    writer = UsageCheckpointer(
+        path, lambda hold: state, lambda s, pause: s.to_chunks(pause, memo), threading.Lock(), lambda: NOW
+    )
+    for _ in range(2):  # the second one from the memo
+        writer.write_now()
+        assert path.read_bytes() == encode_checkpoint(state.to_bytes(), NOW)
+        assert writer.last_bytes == path.stat().st_size
+    assert len(memo) == 1
 
 
 def test_a_failing_write_is_counted_and_the_thread_goes_on(tmp_path: Path) -> None:

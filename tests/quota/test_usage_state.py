@@ -11,11 +11,14 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from quotaplane.metrics import Avg, MetricName, Rate
 from quotaplane.quota import (
     DEFAULT,
     TAGS_PART,
@@ -24,7 +27,9 @@ from quotaplane.quota import (
     QuotaConfig,
     QuotaManagers,
     QuotaType,
+    TagsMemo,
     UsageSnapshot,
+    _compiled,
     build_quota_managers,
     export_usage,
     forget_usage,
@@ -413,3 +418,112 @@ def test_the_bytes_encoded_with_pauses_between_the_tags_parts_are_the_same(produ
     assert with_pauses[:4] == len(header).to_bytes(4, "big") and with_pauses[4 : 4 + len(header)] == header
     assert len(pauses) == sum(max(0, -(-n // TAGS_PART) - 1) for n in (produce, fetch))
     assert UsageSnapshot.from_bytes(with_pauses) == snapshot
+
+
+# --- the compiled copy against the reference ----------------------------------------------------------------------
+def _reference_export(managers: QuotaManagers, **kwargs: Any) -> UsageSnapshot:
+    with mock.patch.object(_compiled, "record_compiled", None):
+        return export_usage(managers, **kwargs)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    quotas=quotas_strategy,
+    ops=st.lists(op_strategy, max_size=60),
+    part=st.one_of(st.none(), st.integers(min_value=1, max_value=40)),
+)
+def test_the_compiled_copy_equals_the_reference(
+    quotas: list[tuple[QuotaType, object, object, float]], ops: list[tuple[str, str, str, int, int]], part: int | None
+) -> None:
+    """A checkpoint's copy runs compiled (``copy_quota_sensors``); on the same sensors, whole or in parts, it
+    copies exactly what the pure ``_copy_sensors`` copies (names, times, current indexes, every sample)."""
+    assert _compiled.record_compiled is not None, "the compiled core is not built"
+    managers = _build(QuotaConfig(), quotas)
+    now = START_MS
+    for op in ops:
+        now += op[4]
+        _run(managers, op, now)
+    compiled = export_usage(managers, hold=_CountingHold(), part=part)
+    assert compiled == _reference_export(managers, hold=_CountingHold(), part=part)
+    assert compiled == export_usage(managers) == _reference_export(managers)
+
+
+def _odd_sensor(managers: QuotaManagers, user: str, *stats: object) -> None:
+    """A sensor in the produce managers' name space that the managers would not build: ``stats`` as its metrics,
+    the first named as the quota metric."""
+    sensor = managers.metrics.sensor(f"Produce-{user}:", now_ms=START_MS)
+    for index, stat in enumerate(stats):
+        name = managers.produce.quota_metric_name if index == 0 else f"other-{index}"
+        sensor.add(MetricName(name, "Produce", "", {"user": user, "client-id": ""}), stat)
+    sensor.record(7.0, START_MS + 3)
+
+
+def test_sensors_of_another_shape_are_copied_by_the_reference_and_nothing_twice() -> None:
+    """What the C copy cannot take exactly (an int among the float samples, a metric that is not a Rate over a
+    WindowedSum after one it had already appended) goes whole to the reference: the snapshot is the reference's,
+    with no sensor's samples appended twice."""
+    managers = _build(QuotaConfig(), [(QuotaType.PRODUCE, DEFAULT, None, 1000.0)])
+    managers.produce.record_batch([("alice", "c", 5.0), ("bob", "c", 6.0)], START_MS)
+    _odd_sensor(managers, "int-sample", Rate())
+    int_sample = managers.metrics.get_sensor("Produce-int-sample:")
+    next(iter(int_sample.metrics)).stat.stat._values[0] = 7  # an int where the managers keep floats
+    _odd_sensor(managers, "rate-then-avg", Rate(), Rate(Avg()))
+    _odd_sensor(managers, "not-a-rate", Avg())
+    snapshot = export_usage(managers)
+    assert snapshot == _reference_export(managers)
+    produce = snapshot.managers["Produce"]
+    assert [name.tags["user"] for name in produce.names] == ["alice", "bob", "int-sample", "rate-then-avg"]
+    assert len(produce.starts) == sum(produce.sizes)
+    assert produce.values[sum(produce.sizes[:2])] == 7.0  # the int sample, as the reference's fromlist takes it
+
+
+def test_a_time_no_c_long_holds_raises_as_in_the_reference() -> None:
+    managers = _build(QuotaConfig(), [(QuotaType.PRODUCE, DEFAULT, None, 1000.0)])
+    managers.produce.record_batch([("alice", "c", 5.0)], START_MS)
+    stat = next(iter(managers.metrics.get_sensor("Produce-alice:").metrics)).stat.stat
+    stat._starts[0] = 2**63
+    with pytest.raises(OverflowError):
+        _reference_export(managers)
+    with pytest.raises(OverflowError):
+        export_usage(managers)
+
+
+# --- the tags' JSON kept between checkpoints ---------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(
+    rounds=st.lists(st.tuples(st.sets(st.integers(0, 30)), st.sets(st.integers(0, 30))), min_size=1, max_size=4),
+    odd=st.text(max_size=6),
+)
+def test_chunks_with_the_tags_memo_are_the_bytes(rounds: list[tuple[set[int], set[int]]], odd: str) -> None:
+    """Snapshot after snapshot, with sensors added and removed between them, ``to_chunks`` with a ``TagsMemo``
+    joins to ``to_bytes``' bytes (tags of any text, quotes and non-ASCII included), and the memo then holds
+    exactly the last snapshot's sensors."""
+    quotas = [(QuotaType.PRODUCE, DEFAULT, None, 1000.0), (QuotaType.FETCH, None, DEFAULT, 1000.0)]
+    managers = _build(QuotaConfig(), quotas)  # produce sensors by user, fetch sensors by client id
+    memo = TagsMemo()
+    now = START_MS
+    for produce, fetch in rounds:
+        for sensor in list(managers.metrics.sensors):
+            managers.metrics.remove_sensor(sensor)
+        now += 1
+        managers.produce.record_batch([(f"u{i}{odd}", "c", 1.0) for i in sorted(produce)], now)
+        managers.fetch.record_batch([(f"u{i}", f'c{i}"{odd}\\', 1.0) for i in sorted(fetch)], now)
+        snapshot = export_usage(managers)
+        chunks = snapshot.to_chunks(lambda: None, memo)
+        assert b"".join(chunks) == snapshot.to_bytes()
+        assert len(memo) == len(produce) + len(fetch)
+        assert UsageSnapshot.from_bytes(b"".join(chunks)) == snapshot
+
+
+def test_the_memo_pauses_per_part_of_tags_encoded_and_per_larger_part_of_tags_kept() -> None:
+    managers = _build(QuotaConfig(), [(QuotaType.PRODUCE, DEFAULT, None, 1000.0)])
+    managers.produce.record_batch([(f"u{i}", "c", 1.0) for i in range(2 * TAGS_PART)], START_MS)
+    snapshot = export_usage(managers)
+    memo = TagsMemo()
+    pauses: list[int] = []
+    snapshot.to_chunks(lambda: pauses.append(1), memo)
+    assert len(pauses) == 2  # after each TAGS_PART encoded anew
+    pauses.clear()
+    snapshot.to_chunks(lambda: pauses.append(1), memo)
+    assert pauses == []  # 2 * TAGS_PART kept: fewer than KEPT_PART
+    assert TagsMemo.KEPT_PART > 2 * TAGS_PART
