@@ -22,13 +22,32 @@ __all__ = [
     "NAMESPACE",
     "NODE_FAILURE_DETECTION",
     "LaunchError",
+    "default_shard_count",
     "first_line",
     "host_port",
 ]
 
 DEFAULT_DATA_DIR = "quotaplane-data"
-#: One shard per core: a shard runs one call at a time, so more shards than cores only add switching.
-DEFAULT_SHARDS = max(1, os.cpu_count() or 1)
+
+
+def default_shard_count(cpus: int) -> int:
+    """The shards a new cluster starts with on a machine of ``cpus`` usable cores: one per core but one, and at
+    least one. A shard runs one call at a time, so more shards than cores only add switching; and the process
+    ``up`` runs in (the gateway, the frontends, the metrics endpoint) needs a core of its own under load. Measured
+    on 2 cores (docs/performance.md, "The default shard count"): one shard decided 244-287k usage items a second
+    where two decided 175-200k, each of two shards' serving threads waiting for a core 40-47 % of the time."""
+    return max(1, cpus - 1)
+
+
+def _usable_cpus() -> int:
+    """The cores this process may run on (its affinity mask, as a container's cpuset sets it), else all."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+DEFAULT_SHARDS = default_shard_count(_usable_cpus())
 DEFAULT_ADMIN_PORT = 9093
 DEFAULT_GATEWAY_PORT = 9094
 #: Prometheus' conventional exporter range; the shipped deploy/prometheus/prometheus.yml scrapes it.
