@@ -418,7 +418,8 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        say(f"admin gRPC on {cluster.admin_address}, {len(cluster.shards)} shards, data in {cluster.data_dir}")
+        shards = f"{len(cluster.shards)} shard{'' if len(cluster.shards) == 1 else 's'}"
+        say(f"admin gRPC on {cluster.admin_address}, {shards}, data in {cluster.data_dir}")
         # what a client checks (--cluster-id / $QUOTAPLANE_CLUSTER_ID) to be sure it reached this instance
         say(f"cluster id {cluster.cluster_id} (data directory {cluster.data_dir})")
         say(f"usage gateway gRPC on {cluster.gateway_address}")
