@@ -136,6 +136,16 @@ def test_a_checked_batchs_columns_give_a_shard_the_items_it_would_get_as_tuples(
     assert unpack_usage(twice) == _group_by_type([tuples[i] for i in some] + tuples)
 
 
+def test_a_part_of_one_item_or_of_none_is_packed_as_the_items_themselves():
+    """``itemgetter`` answers a lone entry, not a tuple, for one index, and refuses none: a shard owning one item of
+    a request (or none of a part) gets exactly those items."""
+    chunk = [(pb.PRODUCE, "a", "x", 1.5, 10), (pb.FETCH, "b", "", 2.5, 11), (pb.PRODUCE, "é", "y", 3.5, 12)]
+    tuples, columns = usage_request(CONFIG, as_columns(chunk, True), NOW_MS)
+    for some in ([0], [2], [1, 2], [0, 2]):
+        assert unpack_usage(pack_columns([(columns, some)])) == _group_by_type([tuples[i] for i in some])
+    assert unpack_usage(pack_columns([(columns, []), (columns, [1])])) == _group_by_type([tuples[1]])
+
+
 # --- the compiled checks and items (``_usage_compiled.pyx``) against the reference -----------------------------
 compiled = _quota_service._compiled
 
