@@ -18,6 +18,7 @@ import time
 from collections import Counter
 
 __all__ = [
+    "cpu_bound_per_s",
     "cpu_snapshot",
     "cpu_us_per",
     "descendants",
@@ -150,6 +151,18 @@ def cpu_us_per(before: dict[str, float], after: dict[str, float], clients_s: flo
     out = {k: round(v / count * 1e6, 1) for k, v in sorted(spent.items())}
     out["total"] = round(sum(spent.values()) / count * 1e6, 1)
     return out
+
+
+def cpu_bound_per_s(cpu_us: dict[str, float], cpus: int | None = None) -> float | None:
+    """The operations a second this machine's CPUs allow at ``cpu_us``'s total CPU an operation, every CPU used
+    whole (``cpus``: this process's affinity mask by default). A run's rate near it means the machine, not a wait,
+    held it; well below it, waits did. The load's own clients count: on one machine they share its CPUs."""
+    total = cpu_us.get("total")
+    if not total:
+        return None
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return round(cpus * 1e6 / total, 1)
 
 
 def thread_schedules(pid: int) -> dict[int, tuple[int, int]]:

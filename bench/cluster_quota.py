@@ -39,10 +39,11 @@ What it measures
     Where the main phase's time goes (Linux, read from ``/proc`` every ``--cpu-sample-ms``, 100 by default, and
     cut to the client's timed window; absent when the window holds fewer than two readings):
     ``cpu_us_per_decision``, the CPU of each part a decision (the gateway's gRPC and shard-worker threads, the rest
-    of the launching process, the shards, Ray's raylet and GCS, the load client), and ``shard_serving_threads``,
-    how each shard's busiest thread (the one serving the gateway's channel) spent the window: ``on_cpu``,
-    ``waiting_for_cpu`` (runnable, its core taken by another thread: the kernel's ``schedstat``) and ``off_cpu``
-    (blocked on its socket, a lock or the GIL).
+    of the launching process, the shards, Ray's raylet and GCS, the load client), ``cpu_bound_decisions_per_s``,
+    what the machine's CPUs allow at that CPU a decision, every CPU used whole (the load client counted: it shares
+    them), and ``shard_serving_threads``, how each shard's busiest thread (the one serving the gateway's channel)
+    spent the window: ``on_cpu``, ``waiting_for_cpu`` (runnable, its core taken by another thread: the kernel's
+    ``schedstat``) and ``off_cpu`` (blocked on its socket, a lock or the GIL).
 
 Output: one JSON object on stdout (workload, figures, machine). Run:
 ``.venv/bin/python bench/cluster_quota.py [--quick] [--shards 1,2,4] [--items N] [--batch N] [--streams N]``.
@@ -64,7 +65,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from _cpu import cpu_snapshot, cpu_us_per, process_components, schedule_split, thread_schedules
+from _cpu import cpu_bound_per_s, cpu_snapshot, cpu_us_per, process_components, schedule_split, thread_schedules
 from _machine import machine
 
 T0 = 1_700_000_000_000
@@ -370,8 +371,10 @@ class _Sampler(threading.Thread):
         decisions = round(decisions_per_s * (t1 - t0))
         load = cpu1.get("load_client", 0.0) - cpu0.get("load_client", 0.0)  # cpu_us_per's load_clients
         system = {k: v for k, v in cpu1.items() if k != "load_client"}
+        per_decision = cpu_us_per(cpu0, system, max(0.0, load), decisions)
         return {
-            "cpu_us_per_decision": cpu_us_per(cpu0, system, max(0.0, load), decisions),
+            "cpu_us_per_decision": per_decision,
+            "cpu_bound_decisions_per_s": cpu_bound_per_s(per_decision),
             "shard_serving_threads": [
                 schedule_split(sched0.get(pid, {}), sched1[pid], t1 - t0) for pid in self.shards if pid in sched1
             ],

@@ -48,7 +48,9 @@ What it measures
     is what the clients would send with answers taking no time (clients / interval); ``pacing_bound_pushes_per_s``
     the bound their pacing puts on ``pushes_per_s`` at the run's median latency (clients / (interval + p50)): each
     client waits one interval after its answer, as KIP-714 requires of it, so 2,000 clients at 100 ms cannot
-    show 20,000 pushes/s (``--clients`` more for that).
+    show 20,000 pushes/s (``--clients`` more for that). ``cpu_bound_pushes_per_s`` is the other bound: what the
+    machine's CPUs allow at the run's CPU a push, every CPU used whole and the load's clients counted (they share
+    the machine).
 
 Output: one JSON object on stdout. Run: ``.venv/bin/python bench/frontend.py [--quick] [--clients N]
 [--seconds S] [--client-processes P]``.
@@ -73,7 +75,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _cpu import cpu_snapshot, cpu_us_per
+from _cpu import cpu_bound_per_s, cpu_snapshot, cpu_us_per
 from _machine import machine
 
 SUBSCRIPTION = "bench"
@@ -374,6 +376,7 @@ def run_frontend(port: int, args: argparse.Namespace, extra: dict[str, int] | No
     connections = sum(p["connections"] for p in shakes)
     accepted = sum(p["pushes_accepted"] for p in parts)
     push_p50_ms = _ms(latencies, 0.5)
+    per_push = cpu_us_per(middle, end, sum(p["cpu_s"] for p in parts), len(latencies))
     return {
         "concurrent_connections": connections,
         "handshakes": connections,
@@ -391,7 +394,9 @@ def run_frontend(port: int, args: argparse.Namespace, extra: dict[str, int] | No
         "get_subscriptions_latency_p50_ms": _ms(get_latencies, 0.5),
         "get_subscriptions_latency_p99_ms": _ms(get_latencies, 0.99),
         "cpu_us_per_handshake": cpu_us_per(before, middle, sum(p["cpu_s"] for p in shakes), connections),
-        "cpu_us_per_push": cpu_us_per(middle, end, sum(p["cpu_s"] for p in parts), len(latencies)),
+        "cpu_us_per_push": per_push,
+        # every CPU of the machine used whole at that CPU a push, the load's clients included
+        "cpu_bound_pushes_per_s": cpu_bound_per_s(per_push),
         "response_codes": dict(sorted(codes.items())),
     }
 
@@ -540,6 +545,7 @@ def run_gateway_only(address: str, args: argparse.Namespace) -> dict:
     (shakes,), middle, (report,), end = run_phased(_gateway_process, [job])
     report["cpu_us_per_handshake"] = cpu_us_per(before, middle, shakes["cpu_s"], args.clients)
     report["cpu_us_per_push"] = cpu_us_per(middle, end, report.pop("cpu_s"), report.pop("pushes"))
+    report["cpu_bound_pushes_per_s"] = cpu_bound_per_s(report["cpu_us_per_push"])
     return report
 
 

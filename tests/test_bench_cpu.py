@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from _cpu import cpu_snapshot, cpu_us_per, schedule_split, thread_schedules
+from _cpu import cpu_bound_per_s, cpu_snapshot, cpu_us_per, schedule_split, thread_schedules
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc")
 
@@ -74,3 +74,12 @@ def test_cpu_a_decision_by_component():
     assert per["gateway_shard_workers"] > 0  # the spinner's CPU, under its thread name's component
     assert per["load_clients"] == 500.0  # 0.5 s of the load's own CPU over 1000 decisions
     assert per["total"] >= per["gateway_shard_workers"] + per["load_clients"]
+
+
+def test_what_the_cpus_allow_at_a_runs_cpu_an_operation():
+    assert cpu_bound_per_s({"shards": 2.5, "total": 4.0}, cpus=2) == 500_000.0  # 2 CPU-seconds a second / 4 us
+    assert cpu_bound_per_s({"total": 100.0}, cpus=2) == 20_000.0
+    # by default the CPUs this process may run on (a container's cpuset), not the machine's count
+    assert cpu_bound_per_s({"total": 1.0}) == len(os.sched_getaffinity(0)) * 1e6
+    assert cpu_bound_per_s({}) is None  # no reading: no bound
+    assert cpu_bound_per_s({"total": 0.0}, cpus=2) is None

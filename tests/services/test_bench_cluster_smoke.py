@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from tests.support import run_bench
 
 
@@ -28,6 +30,8 @@ def test_cluster_quota_bench_quick_prints_its_report(tmp_path):
     cpu = cluster["cpu_us_per_decision"]
     assert {"shards", "gateway_shard_workers", "load_clients", "total"} <= set(cpu)
     assert cpu["shards"] > 0 and cpu["total"] >= cpu["shards"] + cpu["load_clients"]
+    cpus = len(os.sched_getaffinity(0))  # the bound every CPU this run may use gives at that CPU a decision
+    assert cluster["cpu_bound_decisions_per_s"] == round(cpus * 1e6 / cpu["total"], 1)
     [serving] = cluster["shard_serving_threads"]
     assert serving["on_cpu"] > 0
     assert serving["on_cpu"] + serving["waiting_for_cpu"] <= 1.05  # fractions of the window, the reads' skew aside

@@ -3,6 +3,8 @@ gateway-only path, and the frontend alone before an echo gateway (no timing asse
 
 from __future__ import annotations
 
+import os
+
 from tests.support import run_bench
 
 CLIENTS = 60
@@ -34,6 +36,9 @@ def test_frontend_bench_quick_prints_its_three_runs(tmp_path):
         assert run["push_latency_p50_ms"] <= run["push_latency_p99_ms"], name
         assert 0 < run["pacing_bound_pushes_per_s"] < run["offered_pushes_per_s"], name
         assert run["cpu_us_per_push"]["frontend_loop"] > 0, name
+        # what the CPUs this run may use allow at its CPU a push (the load's clients counted: they share them)
+        cpus = len(os.sched_getaffinity(0))
+        assert run["cpu_bound_pushes_per_s"] == round(cpus * 1e6 / run["cpu_us_per_push"]["total"], 1), name
     alone = figures["frontend_alone"]["cpu_us_per_push"]
     assert alone["gateway_echo"] > 0  # the echo's process is measured, and nothing of the cluster is
     assert "shards" not in alone
