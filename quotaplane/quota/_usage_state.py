@@ -281,8 +281,11 @@ def export_usage(
     and every sensor's reference count touched), the longest hold of a checkpoint; the names take 0.2. A part is
     ``part`` names (default: ``PART_COMPILED`` where the compiled copy runs, ``PART_PURE`` otherwise, both ~0.3
     ms of the serving lock at the bench's mix of quota and other sensors)."""
+    # the compiled copy runs where it is built and nothing is filtered by routing key (a checkpoint); the reference
+    # otherwise (a reshard's hand-over)
+    compiled = _compiled.record_compiled if owns is None else None
     if part is None:
-        part = PART_PURE if _compiled.record_compiled is None or owns is not None else PART_COMPILED
+        part = PART_PURE if compiled is None else PART_COMPILED
     if part < 1:
         raise ValueError(f"part must be >= 1, got {part}")
     managers: dict[str, UsageColumns] = {}
@@ -292,7 +295,7 @@ def export_usage(
         c = managers[str(quota_type)] = UsageColumns(manager.config.num_quota_samples, manager.config.quota_window_ms)
         kinds[str(quota_type)] = (manager.quota_metric_name, c, (c.starts, c.lasts, c.values, c.counts), quota_type)
     registry = quotas.metrics.sensors  # every manager records in the one registry
-    copy = _copier(kinds, owns, registry)
+    copy = _copier(kinds, owns, registry, compiled)
     if hold is None:
         copy(registry)
         return UsageSnapshot(managers)
@@ -308,16 +311,16 @@ def _copier(
     kinds: Mapping[str, tuple[str, UsageColumns, tuple[array, ...], QuotaType]],
     owns: Callable[[str], bool] | None,
     registry: dict[str, Any],
+    compiled: Any,
 ) -> Callable[[Iterable[str]], None]:
-    """``_copy_sensors`` bound to ``kinds``, ``owns`` and ``registry``: the compiled copy (``copy_quota_sensors``)
-    when it is built and nothing is filtered by routing key (a checkpoint), the reference otherwise (a reshard's
-    hand-over, and the sensors of a shape the compiled copy hands back)."""
-    compiled = _compiled.record_compiled
+    """``_copy_sensors`` bound to ``kinds``, ``owns`` and ``registry``: through ``compiled.copy_quota_sensors`` when
+    ``compiled`` (the compiled core module) is given, the reference otherwise (and for the sensors of a shape the
+    compiled copy hands back)."""
 
     def reference(names: Iterable[str]) -> None:
         _copy_sensors(names, kinds, owns, registry)
 
-    if compiled is None or owns is not None:
+    if compiled is None:
         return reference
     columns = {
         group: (metric_name, c.names, c.last_records, c.currents, c.sizes, c.starts, c.lasts, c.values, c.counts)
