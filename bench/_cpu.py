@@ -17,6 +17,8 @@ import threading
 import time
 from collections import Counter
 
+from _machine import usable_cpus
+
 __all__ = [
     "cpu_bound_per_s",
     "cpu_snapshot",
@@ -155,14 +157,13 @@ def cpu_us_per(before: dict[str, float], after: dict[str, float], clients_s: flo
 
 def cpu_bound_per_s(cpu_us: dict[str, float], cpus: int | None = None) -> float | None:
     """The operations a second this machine's CPUs allow at ``cpu_us``'s total CPU an operation, every CPU used
-    whole (``cpus``: this process's affinity mask by default). A run's rate near it means the machine, not a wait,
-    held it; well below it, waits did. The load's own clients count: on one machine they share its CPUs."""
+    whole (``cpus``: ``_machine.usable_cpus()`` by default, the report's ``cpus_available``). A run's rate near it
+    means the machine, not a wait, held it; well below it, waits did. The load's own clients count: on one machine
+    they share its CPUs."""
     total = cpu_us.get("total")
     if not total:
         return None
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return round(cpus * 1e6 / total, 1)
+    return round((usable_cpus() if cpus is None else cpus) * 1e6 / total, 1)
 
 
 def thread_schedules(pid: int) -> dict[int, tuple[int, int]]:

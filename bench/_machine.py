@@ -20,6 +20,13 @@ def _processor() -> str:
     return platform.machine()
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (a container's cpuset) where Linux has one, else all."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def machine() -> dict:
     info = {
         "python_version": platform.python_version(),
@@ -30,7 +37,7 @@ def machine() -> dict:
         "cpu_count": os.cpu_count(),
     }
     if hasattr(os, "sched_getaffinity"):
-        info["cpus_available"] = len(os.sched_getaffinity(0))
+        info["cpus_available"] = usable_cpus()
     if hasattr(os, "getloadavg"):
         # when the report is written: what else ran meanwhile (a 2-core machine at load 4 halves every figure)
         info["load_average_1_5_15m"] = [round(x, 2) for x in os.getloadavg()]
